@@ -1,0 +1,34 @@
+# The targets CI and the README run. Each does its own set-up (scripts/setup-host is idempotent).
+PY := .venv/bin/python
+SRO := .venv/bin/sro
+
+.PHONY: setup demo test lint types unit e2e bench clean-local
+
+setup:
+	./scripts/setup-host
+
+demo: setup
+	$(SRO) demo
+
+# Everything CI checks: lint, types, architecture contracts, unit tests, then e2e on the local cluster.
+test: setup lint types unit e2e
+
+lint:
+	.venv/bin/ruff check sro tests benchmarks
+	.venv/bin/ruff format --check sro tests benchmarks
+	.venv/bin/lint-imports
+
+types:
+	.venv/bin/mypy sro
+
+unit:
+	$(PY) -m pytest -m "not e2e" -q
+
+e2e:
+	$(PY) -m pytest -m e2e -q
+
+bench: setup
+	$(PY) -m benchmarks
+
+clean-local:
+	$(SRO) local down --purge

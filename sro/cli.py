@@ -1,0 +1,64 @@
+"""The `sro` command line: one entry point, every agent and tool a subcommand.
+
+Why lazy: one image runs every agent (discovery, device plugin, hook, ...) as a subcommand, and the
+OCI hook in particular sits on the container start path, so `sro hook` must not pay for importing the
+Kubernetes client, kopf or grpc. Each subcommand lives in the module named below and is imported only
+when it runs (or when its own `--help` is asked for).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from typing import Any
+
+import click
+
+from sro import __version__
+
+# name -> (module:attribute, one-line help shown by `sro --help` without importing the module).
+# Order is the order users see. Add new agents here; keep the help line short.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "local": ("sro.local.commands:local", "A real single-node Kubernetes on this machine (up/down/status/env/image)."),
+    "demo": ("sro.demo:demo", "Bring up the local cluster, deploy sro on it and show what it found."),
+    "facts": ("sro.node.facts:facts", "Print this node's facts (kernel, OS, CPU, PCI accelerators) as a table or JSON."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None:
+            return None
+        module_name, attr = entry[0].split(":")
+        command = getattr(importlib.import_module(module_name), attr)
+        assert isinstance(command, click.Command)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, short) for name, (_, short) in COMMANDS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="sro")
+@click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
+def cli(verbose: int) -> None:
+    """sro: make GPUs and other special hardware usable by Kubernetes workloads.
+
+    Run `sro demo` for the whole story on a local cluster, or `sro COMMAND --help` for one part.
+    Commands that talk to a cluster use $KUBECONFIG (for the local one: `eval "$(sro local env)"`).
+    """
+    level = logging.WARNING - 10 * verbose
+    logging.basicConfig(level=max(level, logging.DEBUG), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def main(argv: list[str] | None = None) -> Any:
+    return cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="sro")

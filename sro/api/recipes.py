@@ -1,0 +1,151 @@
+"""Recipes: what one kind of special hardware is, as data.
+
+A recipe says how to recognise the hardware on a node (PCI vendor/class as NFD sees them), the
+extended resource it becomes, which device backend inventories it, which env var and CDI kind
+select devices, and what a container needs to use it (device nodes, control nodes, libraries and
+binaries per capability, found under the driver root). The node agents (device plugin, hook, CDI
+generator, discovery) and the operator all read the same recipe, so they cannot disagree.
+
+Built in: `nvidia-gpu` (real NVIDIA GPUs through NVML) and `simulated-gpu` (the simulated driver,
+labelled as simulated everywhere it shows). Custom recipes load from YAML (a ConfigMap in-cluster).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from sro.api.names import PREFIX
+
+Backend = Literal["nvml", "simulated"]
+
+# The simulated driver keeps its files (device-node list, libraries, binaries, fault state) here on
+# the host; containers see its libraries and binaries at the same paths.
+SIMULATED_DRIVER_ROOT = "/var/lib/sro/driver/simulated-gpu"
+
+
+class RecipeError(ValueError):
+    """A recipe document is malformed; the message names the field to fix."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    resource: str  # extended resource name, e.g. nvidia.com/gpu
+    backend: Backend
+    pci_vendor: str  # 4 hex digits, as in NFD's pci-<vendor>.present
+    pci_classes: tuple[str, ...]  # PCI class codes (2 or 4 hex digits) that count as this hardware
+    visible_devices_env: str  # env var listing devices for runtimes/hooks
+    capabilities_env: str  # env var selecting library groups
+    default_capabilities: tuple[str, ...]
+    cdi_kind: str  # vendor.com/class of CDI device names
+    driver_root: str  # where the driver's files live on the host
+    device_node: str  # per-device node path pattern; {minor} and {index} are filled in
+    control_nodes: tuple[str, ...]  # nodes every container using the hardware needs
+    libraries: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # capability -> sonames/globs
+    binaries: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # capability -> file names
+    simulated: bool = False
+
+    @property
+    def label_prefix(self) -> str:
+        """Namespace of this hardware's own node labels (GFD-compatible for NVIDIA)."""
+        return f"{PREFIX}{self.name}." if self.simulated else self.resource.split("/")[0] + "/"
+
+
+NVIDIA_GPU = Recipe(
+    name="nvidia-gpu",
+    resource="nvidia.com/gpu",
+    backend="nvml",
+    pci_vendor="10de",
+    pci_classes=("0300", "0302"),
+    visible_devices_env="NVIDIA_VISIBLE_DEVICES",
+    capabilities_env="NVIDIA_DRIVER_CAPABILITIES",
+    default_capabilities=("utility", "compute"),
+    cdi_kind="nvidia.com/gpu",
+    driver_root="/",
+    device_node="/dev/nvidia{minor}",
+    control_nodes=("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"),
+    libraries={
+        "utility": ("libnvidia-ml.so.*", "libnvidia-cfg.so.*"),
+        "compute": ("libcuda.so.*", "libnvidia-ptxjitcompiler.so.*", "libnvidia-nvvm.so.*", "libcudadebugger.so.*"),
+        "video": ("libnvcuvid.so.*", "libnvidia-encode.so.*", "libnvidia-opticalflow.so.*"),
+        "graphics": ("libnvidia-eglcore.so.*", "libnvidia-glcore.so.*", "libnvidia-tls.so.*", "libEGL_nvidia.so.*"),
+    },
+    binaries={
+        "utility": ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced"),
+        "compute": ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server"),
+    },
+)
+
+SIMULATED_GPU = Recipe(
+    name="simulated-gpu",
+    resource="sro.dev/simulated-gpu",
+    backend="simulated",
+    pci_vendor="1d0f",  # no real PCI device is matched: the simulated driver reports its own devices
+    pci_classes=("0302",),
+    visible_devices_env="SRO_VISIBLE_DEVICES",
+    capabilities_env="SRO_DRIVER_CAPABILITIES",
+    default_capabilities=("utility", "compute"),
+    cdi_kind="sro.dev/simulated-gpu",
+    driver_root=SIMULATED_DRIVER_ROOT,
+    device_node="/dev/sro-simgpu{index}",
+    control_nodes=("/dev/sro-simgpuctl",),
+    libraries={"compute": ("libsimgpu.so.*",), "utility": ("libsimgpu-ml.so.*",)},
+    binaries={"utility": ("simgpu-smi",)},
+    simulated=True,
+)
+
+BUILTIN: Mapping[str, Recipe] = {r.name: r for r in (NVIDIA_GPU, SIMULATED_GPU)}
+
+
+def _str_tuple(doc: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
+    value = doc.get(key, ())
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise RecipeError(f"{where}.{key}: expected a list of strings, got {value!r}")
+    return tuple(value)
+
+
+def _groups(doc: Mapping[str, Any], key: str, where: str) -> dict[str, tuple[str, ...]]:
+    value = doc.get(key, {})
+    if not isinstance(value, Mapping):
+        raise RecipeError(f"{where}.{key}: expected a mapping of capability -> list of names")
+    return {str(cap): _str_tuple(value, cap, f"{where}.{key}") for cap in value}
+
+
+def recipe_from_dict(doc: Mapping[str, Any]) -> Recipe:
+    """Build a custom recipe from a YAML/JSON document; raises RecipeError naming the bad field."""
+    if not isinstance(doc, Mapping):
+        raise RecipeError(f"a recipe must be a mapping, got {type(doc).__name__}")
+    name = doc.get("name")
+    where = f"recipe {name!r}" if name else "recipe"
+    required = ("name", "resource", "pciVendor", "visibleDevicesEnv", "deviceNode")
+    missing = [k for k in required if not isinstance(doc.get(k), str) or not doc.get(k)]
+    if missing:
+        raise RecipeError(f"{where}: missing or empty string field(s): {', '.join(missing)}")
+    backend = doc.get("backend", "simulated")
+    if backend not in ("nvml", "simulated"):
+        raise RecipeError(f"{where}.backend: must be 'nvml' or 'simulated', got {backend!r}")
+    resource = doc["resource"]
+    if resource.count("/") != 1 or resource.startswith("kubernetes.io/"):
+        raise RecipeError(f"{where}.resource: must look like 'vendor.example.com/name', got {resource!r}")
+    vendor = doc["pciVendor"].lower()
+    if len(vendor) != 4 or any(c not in "0123456789abcdef" for c in vendor):
+        raise RecipeError(f"{where}.pciVendor: must be 4 hex digits, got {doc['pciVendor']!r}")
+    return Recipe(
+        name=name,
+        resource=resource,
+        backend=backend,
+        pci_vendor=vendor,
+        pci_classes=_str_tuple(doc, "pciClasses", where),
+        visible_devices_env=doc["visibleDevicesEnv"],
+        capabilities_env=str(doc.get("capabilitiesEnv", "")),
+        default_capabilities=_str_tuple(doc, "defaultCapabilities", where),
+        cdi_kind=str(doc.get("cdiKind", resource)),
+        driver_root=str(doc.get("driverRoot", "/")),
+        device_node=doc["deviceNode"],
+        control_nodes=_str_tuple(doc, "controlNodes", where),
+        libraries=_groups(doc, "libraries", where),
+        binaries=_groups(doc, "binaries", where),
+        simulated=backend == "simulated",
+    )

@@ -22,7 +22,6 @@ from sro import __version__
 COMMANDS: dict[str, tuple[str, str]] = {
     "local": ("sro.local.commands:local", "A real single-node Kubernetes on this machine (up/down/status/env/image)."),
     "demo": ("sro.demo:demo", "Bring up the local cluster, deploy sro on it and show what it found."),
-    "facts": ("sro.node.facts:facts", "Print this node's facts (kernel, OS, CPU, PCI accelerators) as a table or JSON."),
 }
 
 

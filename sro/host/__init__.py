@@ -1,0 +1,1 @@
+"""The only code that reads the node. Every reader takes an injected HostRoot so tests pass a fake tree."""

@@ -20,7 +20,10 @@ from sro import __version__
 # name -> (module:attribute, one-line help shown by `sro --help` without importing the module).
 # Order is the order users see. Add new agents here; keep the help line short.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "local": ("sro.local.commands:local", "A real single-node Kubernetes on this machine (up/down/status/env/image)."),
+    "local": (
+        "sro.local.commands:local",
+        "A real single-node Kubernetes on this machine (up/down/status/env/image).",
+    ),
     "demo": ("sro.demo:demo", "Bring up the local cluster, deploy sro on it and show what it found."),
 }
 
@@ -56,7 +59,9 @@ def cli(verbose: int) -> None:
     Commands that talk to a cluster use $KUBECONFIG (for the local one: `eval "$(sro local env)"`).
     """
     level = logging.WARNING - 10 * verbose
-    logging.basicConfig(level=max(level, logging.DEBUG), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=max(level, logging.DEBUG), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
 
 
 def main(argv: list[str] | None = None) -> Any:

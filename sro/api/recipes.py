@@ -23,6 +23,13 @@ Backend = Literal["nvml", "simulated"]
 # The simulated driver keeps its files (device-node list, libraries, binaries, fault state) here on
 # the host; containers see its libraries and binaries at the same paths.
 SIMULATED_DRIVER_ROOT = "/var/lib/sro/driver/simulated-gpu"
+# Files of the simulated driver, relative to its driver root (written by `sro driver simulate`, read
+# by the simulated device backend and by runtime injection): the device list, the fault state that
+# `sro simulate fault` edits, and the library and binary directories a container gets.
+SIMULATED_DEVICE_LIST = "devices.json"
+SIMULATED_FAULTS = "faults.json"
+SIMULATED_LIB_DIR = "lib"
+SIMULATED_BIN_DIR = "bin"
 
 
 class RecipeError(ValueError):
@@ -46,6 +53,10 @@ class Recipe:
     libraries: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # capability -> sonames/globs
     binaries: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # capability -> file names
     simulated: bool = False
+    # capability -> directories (relative to the driver root) mounted whole, e.g. vulkan ICD files
+    directories: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # firmware files/globs (relative to the driver root) every container using the hardware gets
+    firmware: tuple[str, ...] = ()
 
     @property
     def label_prefix(self) -> str:
@@ -68,14 +79,26 @@ NVIDIA_GPU = Recipe(
     control_nodes=("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"),
     libraries={
         "utility": ("libnvidia-ml.so.*", "libnvidia-cfg.so.*"),
-        "compute": ("libcuda.so.*", "libnvidia-ptxjitcompiler.so.*", "libnvidia-nvvm.so.*", "libcudadebugger.so.*"),
+        "compute": (
+            "libcuda.so.*",
+            "libnvidia-ptxjitcompiler.so.*",
+            "libnvidia-nvvm.so.*",
+            "libcudadebugger.so.*",
+        ),
         "video": ("libnvcuvid.so.*", "libnvidia-encode.so.*", "libnvidia-opticalflow.so.*"),
-        "graphics": ("libnvidia-eglcore.so.*", "libnvidia-glcore.so.*", "libnvidia-tls.so.*", "libEGL_nvidia.so.*"),
+        "graphics": (
+            "libnvidia-eglcore.so.*",
+            "libnvidia-glcore.so.*",
+            "libnvidia-tls.so.*",
+            "libEGL_nvidia.so.*",
+        ),
     },
     binaries={
         "utility": ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced"),
         "compute": ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server"),
     },
+    directories={"graphics": ("etc/vulkan/icd.d", "usr/share/glvnd/egl_vendor.d")},
+    firmware=("lib/firmware/nvidia/*/gsp*.bin",),
 )
 
 SIMULATED_GPU = Recipe(
@@ -133,7 +156,7 @@ def recipe_from_dict(doc: Mapping[str, Any]) -> Recipe:
     if len(vendor) != 4 or any(c not in "0123456789abcdef" for c in vendor):
         raise RecipeError(f"{where}.pciVendor: must be 4 hex digits, got {doc['pciVendor']!r}")
     return Recipe(
-        name=name,
+        name=doc["name"],
         resource=resource,
         backend=backend,
         pci_vendor=vendor,
@@ -148,4 +171,6 @@ def recipe_from_dict(doc: Mapping[str, Any]) -> Recipe:
         libraries=_groups(doc, "libraries", where),
         binaries=_groups(doc, "binaries", where),
         simulated=backend == "simulated",
+        directories=_groups(doc, "directories", where),
+        firmware=_str_tuple(doc, "firmware", where),
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import httpx
 from lightkube import AsyncClient, Client
 from lightkube.config.kubeconfig import KubeConfig
 
@@ -29,8 +30,10 @@ def kube_config(kubeconfig: str | os.PathLike[str] | None = None) -> KubeConfig:
 
 
 def sync_client(kubeconfig: str | os.PathLike[str] | None = None, timeout: float = 30) -> Client:
-    return Client(config=kube_config(kubeconfig), field_manager=FIELD_MANAGER, timeout=timeout)
+    return Client(config=kube_config(kubeconfig), field_manager=FIELD_MANAGER, timeout=httpx.Timeout(timeout))
 
 
 def async_client(kubeconfig: str | os.PathLike[str] | None = None, timeout: float = 30) -> AsyncClient:
-    return AsyncClient(config=kube_config(kubeconfig), field_manager=FIELD_MANAGER, timeout=timeout)
+    return AsyncClient(
+        config=kube_config(kubeconfig), field_manager=FIELD_MANAGER, timeout=httpx.Timeout(timeout)
+    )

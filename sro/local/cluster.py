@@ -1,0 +1,352 @@
+"""`sro local up | down | status`: the orchestration of a real single-node Kubernetes.
+
+Ordering and idempotence live here; what each daemon is lives in `components.py`, how processes are
+started and checked in `supervisor.py`, and what gets mounted and torn down in `cleanup.py`. `up`
+either ends with a Ready node or stops everything it started and says why (with the log tail).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sro.local import cleanup, supervisor
+from sro.local.components import Component, NodeFacts, admin_kubeconfig, components
+from sro.local.kubebuild import ensure_kubernetes
+from sro.local.layout import KUBERNETES_SERVICE_IP, RUNTIME_HANDLER, Layout
+from sro.local.pki import cert_specs, ensure_pki
+
+Progress = Callable[[str], None]
+
+# Debian packages behind each binary `up` needs: the message on a missing one names what to install.
+PREREQUISITES = {
+    "/usr/bin/etcd": "etcd-server",
+    "/usr/bin/containerd": "containerd",
+    "/usr/sbin/runc": "runc",
+    "/usr/lib/cni/bridge": "containernetworking-plugins",
+    "/usr/lib/cni/host-local": "containernetworking-plugins",
+    "/usr/lib/cni/loopback": "containernetworking-plugins",
+    "/usr/sbin/iptables": "iptables",
+    "/usr/sbin/conntrack": "conntrack",
+    "/usr/bin/ctr": "containerd",
+    "/usr/bin/ss": "iproute2",
+    "/usr/bin/go": "golang-go",
+    "/usr/bin/dpkg-source": "dpkg-dev",
+    "/usr/bin/gcc": "gcc",
+}
+
+
+class ClusterError(RuntimeError):
+    """Something stops the cluster from coming up; the message says what and what to run."""
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def node_ip() -> str:
+    """The address other pods reach the API on: the source address of the default route.
+
+    The `kubernetes` Service refuses a loopback endpoint, so the apiserver must advertise this one.
+    """
+    out = subprocess.run(["ip", "-4", "route", "get", "1.1.1.1"], capture_output=True, text=True)
+    words = out.stdout.split()
+    if "src" in words:
+        return words[words.index("src") + 1]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))
+            return str(s.getsockname()[0])
+        except OSError as e:
+            raise ClusterError(
+                "no non-loopback IPv4 address found: the node needs one for in-cluster clients"
+            ) from e
+
+
+def node_name() -> str:
+    return socket.gethostname().split(".")[0].lower()
+
+
+@dataclass
+class LocalCluster:
+    layout: Layout
+    node: NodeFacts
+
+    @classmethod
+    def default(cls) -> LocalCluster:
+        return cls(Layout(), NodeFacts(node_name(), node_ip()))
+
+    # ---- what users and tests need -------------------------------------------------------------
+    @property
+    def kubeconfig(self) -> Path:
+        return self.layout.admin_kubeconfig
+
+    @property
+    def node_name(self) -> str:
+        return self.node.name
+
+    def kubectl_path(self) -> Path:
+        """Our kubectl, built from the same source as the server (any kubectl on PATH otherwise)."""
+        ours = self.layout.bin / "kubectl"
+        if ours.exists():
+            return ours
+        found = shutil.which("kubectl")
+        if found is None:
+            raise ClusterError("no kubectl: run `sro local up` first (it installs one next to the cluster)")
+        return Path(found)
+
+    def kubectl(
+        self, *args: str, check: bool = True, input: str | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig))
+        out = subprocess.run(
+            [str(self.kubectl_path()), *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+        )
+        if check and out.returncode != 0:
+            raise ClusterError(f"kubectl {' '.join(args)} failed: {out.stderr.strip() or out.stdout.strip()}")
+        return out
+
+    def _components(self, bindir: Path) -> tuple[Component, ...]:
+        return components(self.layout, self.node, bindir, self.runtime_launcher)
+
+    @property
+    def runtime_launcher(self) -> Path:
+        return self.layout.bin / "sro-runtime"
+
+    # ---- status ------------------------------------------------------------------------------
+    def status(self) -> list[tuple[str, str, str]]:
+        """(component, state, detail) for every daemon, without starting anything."""
+        rows = []
+        for comp in self._components(self.layout.bin):
+            proc = supervisor.running(self.layout, comp.name)
+            if proc is None:
+                state = "stale pid file" if supervisor.stale_pidfile(self.layout, comp.name) else "stopped"
+                rows.append((comp.name, state, ""))
+            elif supervisor.healthy(self.layout, comp.health):
+                rows.append((comp.name, "running", f"pid {proc.pid}"))
+            else:
+                rows.append((comp.name, "unhealthy", f"pid {proc.pid}; log: {self.layout.log(comp.name)}"))
+        return rows
+
+    def is_healthy(self) -> bool:
+        return all(state == "running" for _, state, _ in self.status()) and self.node_ready()
+
+    def node_ready(self) -> bool:
+        if not self.kubeconfig.exists():
+            return False
+        out = self.kubectl(
+            "get",
+            "node",
+            self.node.name,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type=='Ready')].status}",
+            check=False,
+            timeout=15,
+        )
+        return out.returncode == 0 and out.stdout.strip() == "True"
+
+    # ---- up ----------------------------------------------------------------------------------
+    def preflight(self) -> None:
+        if os.geteuid() != 0:
+            raise ClusterError("sro local up needs root (it runs containerd, a kubelet and mounts)")
+        missing = sorted({pkg for path, pkg in PREREQUISITES.items() if not Path(path).exists()})
+        if missing:
+            raise ClusterError(
+                f"missing Debian packages: {' '.join(missing)}. Install them with "
+                f"`apt-get install {' '.join(missing)}` or run `./scripts/setup-host`"
+            )
+
+    def _check_free(self, comp: Component) -> None:
+        for port in comp.ports:
+            owner = supervisor.port_owner(port)
+            if owner is not None:
+                raise ClusterError(
+                    f"port {port} (needed by {comp.name}) is in use by {owner}; stop it, or if it is a "
+                    "leftover of an earlier run, run `sro local down` first"
+                )
+        exe = comp.argv[0]
+        others = _pids_of(exe)
+        if others:
+            raise ClusterError(
+                f"{Path(exe).name} is already running (pid {', '.join(map(str, others))}) but was not started by "
+                f"`sro local up`; stop it (or run `sro local down` if it is a leftover) and try again"
+            )
+
+    def ensure_up(self, progress: Progress = _quiet) -> bool:
+        """Bring the cluster up unless it already runs healthy; returns whether anything was started."""
+        if self.is_healthy():
+            progress("Local cluster already running and healthy")
+            return False
+        return self.up(progress)
+
+    def up(self, progress: Progress = _quiet) -> bool:
+        self.preflight()
+        bindir = ensure_kubernetes(self.layout, progress)
+        self._install_tools(bindir)
+        for d in (
+            self.layout.state,
+            self.layout.config,
+            self.layout.cni_conf_dir,
+            self.layout.logs,
+            self.layout.run,
+        ):
+            d.mkdir(parents=True, exist_ok=True)
+        made = ensure_pki(self.layout.pki, cert_specs(self.node.name, self.node.ip, KUBERNETES_SERVICE_IP))
+        if made:
+            progress(f"Certificates issued: {', '.join(made)}")
+        self.layout.admin_kubeconfig.write_text(admin_kubeconfig(self.layout))
+        self.layout.admin_kubeconfig.chmod(0o600)
+        _enable_forwarding()
+        started: list[str] = []
+        try:
+            for comp in self._components(self.layout.bin):
+                if supervisor.running(self.layout, comp.name) is not None:
+                    self._wait_healthy(comp, progress, already=True)
+                    continue
+                if supervisor.stale_pidfile(self.layout, comp.name):
+                    progress(f"{comp.name}: removing the stale pid file of an earlier run")
+                    self.layout.pidfile(comp.name).unlink()
+                self._check_free(comp)
+                for path, text in comp.files.items():
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_text(text)
+                if comp.name == "containerd":
+                    self._write_runtime_launcher()
+                progress(f"Starting {comp.name}")
+                supervisor.start(self.layout, comp)
+                started.append(comp.name)
+                self._wait_healthy(comp, progress)
+                if comp.name == "containerd":
+                    from sro.local.images import ensure_base_images
+
+                    ensure_base_images(self, progress)
+            progress(f"Waiting for node {self.node.name} to be Ready")
+            self._wait(self.node_ready, 120, f"node {self.node.name} Ready", "kubelet")
+            self._apply_cluster_objects()
+        except BaseException:
+            for name in reversed(started):
+                supervisor.stop(self.layout, name)
+            if "containerd" in started:
+                cleanup.remove_containers(self.layout)
+                cleanup.unmount_all(self.layout)
+            raise
+        progress(f"Local cluster up: node {self.node.name} Ready; export KUBECONFIG={self.kubeconfig}")
+        return bool(started)
+
+    def _wait_healthy(self, comp: Component, progress: Progress, already: bool = False) -> None:
+        self._wait(
+            lambda: supervisor.healthy(self.layout, comp.health), 90, f"{comp.name} healthy", comp.name
+        )
+        if not already:
+            progress(f"{comp.name} is healthy")
+
+    def _wait(self, check: Callable[[], bool], timeout: float, what: str, component: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if check():
+                return
+            if supervisor.stale_pidfile(self.layout, component):
+                break  # the daemon died: its log says why
+            time.sleep(0.5)
+        raise ClusterError(
+            f"timed out waiting for {what}. Last lines of {self.layout.log(component)}:\n"
+            f"{supervisor.log_tail(self.layout, component)}"
+        )
+
+    def _install_tools(self, bindir: Path) -> None:
+        """Links to the built binaries under the state dir, so `sro local env` can put kubectl on PATH."""
+        self.layout.bin.mkdir(parents=True, exist_ok=True)
+        for binary in bindir.iterdir():
+            link = self.layout.bin / binary.name
+            if link.is_symlink() and link.readlink() == binary:
+                continue
+            link.unlink(missing_ok=True)
+            link.symlink_to(binary)
+
+    def _write_runtime_launcher(self) -> None:
+        """containerd's runtime handler `sro` execs this; it runs `sro runtime` from this installation.
+
+        The environment is set explicitly: the wrapper must not inherit anything it did not ask for.
+        """
+        self.runtime_launcher.write_text(
+            "#!/bin/sh\n"
+            f'exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin {sys.executable} -I -m sro runtime "$@"\n'
+        )
+        self.runtime_launcher.chmod(0o755)
+
+    def _apply_cluster_objects(self) -> None:
+        runtime_class = (
+            "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata:\n"
+            f"  name: {RUNTIME_HANDLER}\n  labels:\n    app.kubernetes.io/managed-by: sro\nhandler: {RUNTIME_HANDLER}\n"
+        )
+        self.kubectl("apply", "-f", "-", input=runtime_class)
+
+    def restart_kubelet(self, down_seconds: float = 0.0) -> None:
+        """Stop the kubelet, wait, start it again (device-plugin re-registration tests)."""
+        comp = next(c for c in self._components(self.layout.bin) if c.name == "kubelet")
+        supervisor.stop(self.layout, "kubelet")
+        time.sleep(down_seconds)
+        supervisor.start(self.layout, comp)
+        self._wait_healthy(comp, _quiet)
+
+    # ---- down --------------------------------------------------------------------------------
+    def down(self, purge: bool = False, progress: Progress = _quiet) -> None:
+        comps = {c.name: c for c in self._components(self.layout.bin)}
+        for name in ("kubelet", "kube-proxy", "kube-scheduler", "kube-controller-manager", "kube-apiserver"):
+            if supervisor.stop(self.layout, name):
+                progress(f"Stopped {name}")
+        if supervisor.running(self.layout, "containerd") is not None:
+            n = cleanup.remove_containers(self.layout)
+            if n:
+                progress(f"Removed {n} containers")
+        for name in ("containerd", "etcd"):
+            if supervisor.stop(self.layout, name):
+                progress(f"Stopped {name}")
+        cleanup.kill_leftover_shims(self.layout)
+        n = cleanup.unmount_all(self.layout)
+        if n:
+            progress(f"Unmounted {n} mounts")
+        cleanup.network(self.layout, comps["kube-proxy"].argv[0])
+        if purge:
+            cleanup.purge(self.layout)
+            progress(
+                f"Removed the cluster's data ({self.layout.state}, {self.layout.kubelet_root}, containerd's)"
+            )
+        progress("Local cluster down")
+
+
+def _pids_of(exe: str) -> list[int]:
+    """Processes running this executable (by /proc/<pid>/exe)."""
+    target = os.path.realpath(exe)
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.readlink(entry / "exe").removesuffix(" (deleted)") == target:
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def _enable_forwarding() -> None:
+    Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")
+    # Bridged pod traffic through iptables (Service NAT between pods); absent module is tolerated:
+    # pod -> Service traffic is routed via the bridge's gateway and does not need it.
+    subprocess.run(["modprobe", "br_netfilter"], capture_output=True)
+    nf = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
+    if nf.exists():
+        nf.write_text("1\n")

@@ -1,0 +1,106 @@
+"""`sro local ...`: thin click commands over `cluster.py` and `images.py`."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from sro.local.cluster import ClusterError, LocalCluster
+from sro.local.images import ImageError
+from sro.local.kubebuild import BuildError
+
+console = Console(stderr=True)
+
+
+@contextmanager
+def steps(title: str) -> Iterator[object]:
+    """Progress for long steps: each step printed with the time since start, a spinner on the current one."""
+    t0 = time.monotonic()
+    with console.status(title) as status:
+
+        def progress(message: str) -> None:
+            console.print(f"[dim]{time.monotonic() - t0:6.1f}s[/dim] {message}")
+            status.update(f"{message} ...")
+
+        try:
+            yield progress
+        except (ClusterError, ImageError, BuildError) as e:
+            console.print(f"[bold red]error:[/bold red] {e}")
+            sys.exit(1)
+
+
+@click.group()
+def local() -> None:
+    """A real single-node Kubernetes on this machine (needs root).
+
+    Built from Debian's own packages: etcd, containerd, runc and CNI plugins from the archive; the
+    Kubernetes 1.20 control plane and kubelet compiled from Debian's `kubernetes` source package (once
+    per machine, cached under /var/cache/sro). TLS with a generated CA, RBAC, and the admission plugins
+    ExtendedResourceToleration, ResourceQuota, Priority and NodeRestriction are on.
+    """
+
+
+@local.command()
+def up() -> None:
+    """Start the cluster (idempotent: a running healthy cluster is left as it is)."""
+    with steps("Bringing the local cluster up") as progress:
+        LocalCluster.default().ensure_up(progress)  # type: ignore[arg-type]
+    click.echo('Ready. Use it with: eval "$(sro local env)"; kubectl get nodes')
+
+
+@local.command()
+@click.option(
+    "--purge", is_flag=True, help="Also delete the cluster's data (etcd, kubelet, containerd state)."
+)
+def down(purge: bool) -> None:
+    """Stop every process the cluster started, unmount its mounts, remove its network state.
+
+    The Kubernetes build cache is kept either way; remove /var/cache/sro to drop it.
+    """
+    with steps("Taking the local cluster down") as progress:
+        LocalCluster.default().down(purge=purge, progress=progress)  # type: ignore[arg-type]
+
+
+@local.command()
+def status() -> None:
+    """Show each daemon of the local cluster and the node's readiness as a table."""
+    cluster = LocalCluster.default()
+    table = Table(title=f"sro local cluster (node {cluster.node_name})")
+    for col in ("component", "state", "detail"):
+        table.add_column(col)
+    rows = cluster.status()
+    for name, state, detail in rows:
+        color = {"running": "green", "stopped": "dim"}.get(state, "red")
+        table.add_row(name, f"[{color}]{state}[/{color}]", detail)
+    Console().print(table)
+    up = all(state == "running" for _, state, _ in rows)
+    ready = up and cluster.node_ready()
+    click.echo(f"node {cluster.node_name}: {'Ready' if ready else 'not ready'}")
+    sys.exit(0 if ready else 3)
+
+
+@local.command()
+def env() -> None:
+    """Print shell exports for using the local cluster: eval "$(sro local env)"."""
+    cluster = LocalCluster.default()
+    click.echo(f"export KUBECONFIG={cluster.kubeconfig}")
+    click.echo(f"export PATH={cluster.layout.bin}:$PATH")
+
+
+@local.command()
+def image() -> None:
+    """Build the sro image (only if the project changed) and import it into the local containerd."""
+    from sro.local.images import ensure_sro_image
+
+    with steps("Building the sro image") as progress:
+        cluster = LocalCluster.default()
+        if not cluster.layout.containerd_socket.exists():
+            raise ClusterError("containerd of the local cluster is not running: run `sro local up` first")
+        name = ensure_sro_image(cluster, progress)  # type: ignore[arg-type]
+    click.echo(name)

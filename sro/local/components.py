@@ -1,0 +1,339 @@
+"""The daemons of the local cluster as data: each one's command line, config files and health check.
+
+Pure: given the layout, the node's name and address and where the binaries are, this returns what to
+write and what to run. `cluster.py` does the I/O. Keeping it data makes the flags reviewable in one
+place and lets a unit test check, say, that the admission plugins the issue asks for are all on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from sro.local.layout import (
+    CLUSTER_DOMAIN,
+    KUBERNETES_SERVICE_IP,
+    PAUSE_IMAGE,
+    POD_CIDR,
+    RUNTIME_HANDLER,
+    SERVICE_CIDR,
+    Layout,
+)
+
+ADMISSION_PLUGINS = (
+    "NamespaceLifecycle",
+    "LimitRanger",
+    "ServiceAccount",
+    "DefaultTolerationSeconds",
+    "MutatingAdmissionWebhook",
+    "ValidatingAdmissionWebhook",
+    "ExtendedResourceToleration",
+    "ResourceQuota",
+    "Priority",
+    "NodeRestriction",
+)
+
+
+@dataclass(frozen=True)
+class Health:
+    """How to tell the daemon is serving: an HTTP(S) URL (client cert from pki when `tls`) or a unix socket."""
+
+    url: str = ""
+    tls: bool = False
+    socket: Path | None = None
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    argv: tuple[str, ...]
+    health: Health
+    files: Mapping[Path, str] = field(default_factory=dict)
+    ports: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    name: str
+    ip: str
+
+
+def kubeconfig(server: str, pki: Path, cert: str, user: str) -> str:
+    """A kubeconfig that authenticates with a client certificate from our CA."""
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "sro-local", "cluster": {"server": server, "certificate-authority": str(pki / "ca.crt")}}
+        ],
+        "users": [
+            {
+                "name": user,
+                "user": {
+                    "client-certificate": str(pki / f"{cert}.crt"),
+                    "client-key": str(pki / f"{cert}.key"),
+                },
+            }
+        ],
+        "contexts": [{"name": "sro-local", "context": {"cluster": "sro-local", "user": user}}],
+        "current-context": "sro-local",
+    }
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def containerd_config(layout: Layout, runtime_launcher: Path) -> str:
+    # TOML written by hand: the structure is fixed and small, and it avoids a TOML dependency.
+    cri = 'plugins."io.containerd.grpc.v1.cri"'
+    return f"""version = 2
+root = "{layout.containerd_root}"
+state = "{layout.containerd_state}"
+
+[grpc]
+  address = "{layout.containerd_socket}"
+
+[{cri}]
+  sandbox_image = "{PAUSE_IMAGE}"
+  # This VM lacks CAP_SYS_RESOURCE: negative oom_score_adj writes would fail every container start.
+  restrict_oom_score_adj = true
+  enable_cdi = false
+
+[{cri}.containerd]
+  default_runtime_name = "runc"
+  snapshotter = "overlayfs"
+
+[{cri}.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+  [{cri}.containerd.runtimes.runc.options]
+    SystemdCgroup = false
+
+# `sro runtime`: the runc wrapper that injects devices into containers that ask for them.
+[{cri}.containerd.runtimes.{RUNTIME_HANDLER}]
+  runtime_type = "io.containerd.runc.v2"
+  [{cri}.containerd.runtimes.{RUNTIME_HANDLER}.options]
+    SystemdCgroup = false
+    BinaryName = "{runtime_launcher}"
+
+[{cri}.cni]
+  bin_dir = "/usr/lib/cni"
+  conf_dir = "{layout.cni_conf_dir}"
+"""
+
+
+def cni_conflist() -> str:
+    return json.dumps(
+        {
+            "cniVersion": "0.4.0",
+            "name": "sro",
+            "plugins": [
+                {
+                    "type": "bridge",
+                    "bridge": "sro0",
+                    "isGateway": True,
+                    "ipMasq": True,
+                    "hairpinMode": True,
+                    "ipam": {
+                        "type": "host-local",
+                        "ranges": [[{"subnet": POD_CIDR}]],
+                        "routes": [{"dst": "0.0.0.0/0"}],
+                    },
+                },
+                {"type": "portmap", "capabilities": {"portMappings": True}},
+            ],
+        },
+        indent=2,
+    )
+
+
+def components(
+    layout: Layout, node: NodeFacts, bindir: Path, runtime_launcher: Path
+) -> tuple[Component, ...]:
+    """Every daemon, in start order (each depends only on those before it)."""
+    pki, p, cfg = layout.pki, layout.ports, layout.config
+    api = f"https://127.0.0.1:{p.apiserver}"
+
+    def kc(component: str, cert: str, user: str) -> tuple[Path, str]:
+        return layout.kubeconfig(component), kubeconfig(api, pki, cert, user)
+
+    etcd = Component(
+        "etcd",
+        (
+            "/usr/bin/etcd",
+            "--name=sro-local",
+            f"--data-dir={layout.etcd_data}",
+            f"--listen-client-urls=https://127.0.0.1:{p.etcd_client}",
+            f"--advertise-client-urls=https://127.0.0.1:{p.etcd_client}",
+            f"--listen-peer-urls=http://127.0.0.1:{p.etcd_peer}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{p.etcd_peer}",
+            f"--initial-cluster=sro-local=http://127.0.0.1:{p.etcd_peer}",
+            f"--cert-file={pki / 'etcd.crt'}",
+            f"--key-file={pki / 'etcd.key'}",
+            f"--trusted-ca-file={pki / 'ca.crt'}",
+            "--client-cert-auth=true",
+            "--log-level=warn",
+            "--logger=zap",
+        ),
+        Health(url=f"https://127.0.0.1:{p.etcd_client}/health", tls=True),
+        ports=(p.etcd_client, p.etcd_peer),
+    )
+    containerd = Component(
+        "containerd",
+        ("/usr/bin/containerd", f"--config={cfg / 'containerd.toml'}"),
+        Health(socket=layout.containerd_socket),
+        files={
+            cfg / "containerd.toml": containerd_config(layout, runtime_launcher),
+            layout.cni_conf_dir / "10-sro.conflist": cni_conflist(),
+        },
+    )
+    apiserver = Component(
+        "kube-apiserver",
+        (
+            str(bindir / "kube-apiserver"),
+            f"--advertise-address={node.ip}",
+            "--bind-address=0.0.0.0",
+            f"--secure-port={p.apiserver}",
+            "--insecure-port=0",
+            f"--etcd-servers=https://127.0.0.1:{p.etcd_client}",
+            f"--etcd-cafile={pki / 'ca.crt'}",
+            f"--etcd-certfile={pki / 'etcd.crt'}",
+            f"--etcd-keyfile={pki / 'etcd.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+            f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            f"--service-account-issuer=https://kubernetes.default.svc.{CLUSTER_DOMAIN}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--authorization-mode=Node,RBAC",
+            f"--enable-admission-plugins={','.join(ADMISSION_PLUGINS)}",
+            "--allow-privileged=true",
+            "--v=1",
+        ),
+        Health(url=f"https://127.0.0.1:{p.apiserver}/readyz", tls=True),
+        ports=(p.apiserver,),
+    )
+    controller_manager = Component(
+        "kube-controller-manager",
+        (
+            str(bindir / "kube-controller-manager"),
+            f"--kubeconfig={layout.kubeconfig('controller-manager')}",
+            f"--authentication-kubeconfig={layout.kubeconfig('controller-manager')}",
+            f"--authorization-kubeconfig={layout.kubeconfig('controller-manager')}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={p.controller_manager}",
+            "--port=0",
+            "--leader-elect=false",
+            "--use-service-account-credentials=true",
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--root-ca-file={pki / 'ca.crt'}",
+            f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+            f"--cluster-signing-key-file={pki / 'ca.key'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--v=1",
+        ),
+        Health(url=f"https://127.0.0.1:{p.controller_manager}/healthz", tls=True),
+        files=dict([kc("controller-manager", "controller-manager", "system:kube-controller-manager")]),
+        ports=(p.controller_manager,),
+    )
+    scheduler = Component(
+        "kube-scheduler",
+        (
+            str(bindir / "kube-scheduler"),
+            f"--kubeconfig={layout.kubeconfig('scheduler')}",
+            f"--authentication-kubeconfig={layout.kubeconfig('scheduler')}",
+            f"--authorization-kubeconfig={layout.kubeconfig('scheduler')}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={p.scheduler}",
+            "--port=0",
+            "--leader-elect=false",
+            "--v=1",
+        ),
+        Health(url=f"https://127.0.0.1:{p.scheduler}/healthz", tls=True),
+        files=dict([kc("scheduler", "scheduler", "system:kube-scheduler")]),
+        ports=(p.scheduler,),
+    )
+    kubelet_config = {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "address": node.ip,
+        "port": p.kubelet,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": p.kubelet_healthz,
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": True},
+            "x509": {"clientCAFile": str(pki / "ca.crt")},
+        },
+        "authorization": {"mode": "Webhook"},
+        "tlsCertFile": str(pki / "kubelet.crt"),
+        "tlsPrivateKeyFile": str(pki / "kubelet.key"),
+        "cgroupDriver": "cgroupfs",
+        "failSwapOn": False,
+        "clusterDomain": CLUSTER_DOMAIN,
+        "resolvConf": "/etc/resolv.conf",
+        # Images are imported locally and cannot be pulled again: never garbage-collect them, and do
+        # not evict pods because a big shared disk is mostly full.
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
+        "serializeImagePulls": False,
+    }
+    kubelet = Component(
+        "kubelet",
+        (
+            str(bindir / "kubelet"),
+            f"--config={cfg / 'kubelet.yaml'}",
+            f"--kubeconfig={layout.kubeconfig('kubelet')}",
+            "--container-runtime=remote",
+            f"--container-runtime-endpoint=unix://{layout.containerd_socket}",
+            f"--node-ip={node.ip}",
+            f"--hostname-override={node.name}",
+            f"--root-dir={layout.kubelet_root}",
+            "--v=1",
+        ),
+        Health(url=f"http://127.0.0.1:{p.kubelet_healthz}/healthz"),
+        files={
+            cfg / "kubelet.yaml": yaml.safe_dump(kubelet_config, sort_keys=False),
+            layout.kubeconfig("kubelet"): kubeconfig(api, pki, "kubelet-client", f"system:node:{node.name}"),
+        },
+        ports=(p.kubelet, p.kubelet_healthz),
+    )
+    proxy_config = {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "clientConnection": {"kubeconfig": str(layout.kubeconfig("kube-proxy"))},
+        "mode": "iptables",
+        "clusterCIDR": POD_CIDR,
+        "hostnameOverride": node.name,
+        "bindAddress": "0.0.0.0",
+        "metricsBindAddress": f"127.0.0.1:{p.proxy_metrics}",
+        "healthzBindAddress": f"127.0.0.1:{p.proxy_healthz}",
+        # Leave the host's conntrack sysctls alone (read-only in this VM).
+        "conntrack": {"maxPerCore": 0},
+    }
+    proxy = Component(
+        "kube-proxy",
+        (str(bindir / "kube-proxy"), f"--config={cfg / 'kube-proxy.yaml'}", "--v=1"),
+        Health(url=f"http://127.0.0.1:{p.proxy_healthz}/healthz"),
+        files={
+            cfg / "kube-proxy.yaml": yaml.safe_dump(proxy_config, sort_keys=False),
+            layout.kubeconfig("kube-proxy"): kubeconfig(api, pki, "kube-proxy", "system:kube-proxy"),
+        },
+        ports=(p.proxy_metrics, p.proxy_healthz),
+    )
+    return (etcd, containerd, apiserver, controller_manager, scheduler, kubelet, proxy)
+
+
+def admin_kubeconfig(layout: Layout, server_ip: str = "127.0.0.1") -> str:
+    return kubeconfig(f"https://{server_ip}:{layout.ports.apiserver}", layout.pki, "admin", "sro-admin")
+
+
+_ = KUBERNETES_SERVICE_IP  # re-exported for the PKI SANs via layout; kept here so flags and certs agree

@@ -1,0 +1,150 @@
+"""Start and stop the cluster's daemons by PID, and check them: no init system needed.
+
+Each daemon's pid file holds its pid and kernel start time, so a stale file from an earlier crash
+(or a recycled pid) is never mistaken for a running daemon, and `down` signals only processes this
+project started. Daemons run in their own session with output appended to one log file each.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from sro.local.components import Component, Health
+from sro.local.layout import Layout
+
+
+@dataclass(frozen=True)
+class Running:
+    pid: int
+    started: int  # clock ticks since boot, /proc/<pid>/stat field 22
+
+
+def _start_time(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # the command name may contain spaces and parentheses: split after the last ')'
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] == "Z":
+        return None
+    return int(fields[19])
+
+
+def running(layout: Layout, name: str) -> Running | None:
+    """The daemon's process if our pid file names a live process that is still the one we started."""
+    try:
+        pid_s, started_s = layout.pidfile(name).read_text().split()
+        pid, started = int(pid_s), int(started_s)
+    except (OSError, ValueError):
+        return None
+    return Running(pid, started) if _start_time(pid) == started else None
+
+
+def stale_pidfile(layout: Layout, name: str) -> bool:
+    return layout.pidfile(name).exists() and running(layout, name) is None
+
+
+def start(layout: Layout, comp: Component) -> Running:
+    layout.logs.mkdir(parents=True, exist_ok=True)
+    layout.run.mkdir(parents=True, exist_ok=True)
+    log = layout.log(comp.name).open("ab")
+    log.write(f"\n==== {time.strftime('%Y-%m-%dT%H:%M:%S')} starting {' '.join(comp.argv)}\n".encode())
+    log.flush()
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root"}
+    proc = subprocess.Popen(
+        comp.argv,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+    log.close()
+    started = _start_time(proc.pid) or 0
+    layout.pidfile(comp.name).write_text(f"{proc.pid} {started}\n")
+    return Running(proc.pid, started)
+
+
+def stop(layout: Layout, name: str, timeout: float = 15.0) -> bool:
+    """SIGTERM, then SIGKILL after `timeout`; returns whether a process was stopped."""
+    proc = running(layout, name)
+    stopped = False
+    if proc is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while _start_time(proc.pid) == proc.started and time.monotonic() < deadline:
+            _reap(proc.pid)
+            time.sleep(0.1)
+        if _start_time(proc.pid) == proc.started:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+            while _start_time(proc.pid) == proc.started:
+                _reap(proc.pid)
+                time.sleep(0.05)
+        stopped = True
+    layout.pidfile(name).unlink(missing_ok=True)
+    return stopped
+
+
+def _reap(pid: int) -> None:
+    """Collect the exit status when the daemon is our own child (started in this process)."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def tls_context(layout: Layout) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(layout.pki / "ca.crt"))
+    ctx.load_cert_chain(str(layout.pki / "admin.crt"), str(layout.pki / "admin.key"))
+    return ctx
+
+
+def healthy(layout: Layout, health: Health) -> bool:
+    if health.socket is not None:
+        if not health.socket.exists():
+            return False
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(1)
+            try:
+                s.connect(str(health.socket))
+            except OSError:
+                return False
+        return True
+    ctx = tls_context(layout) if health.tls else None
+    try:
+        with urllib.request.urlopen(health.url, timeout=2, context=ctx) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError, ssl.SSLError):
+        return False
+
+
+def port_owner(port: int) -> str | None:
+    """Who listens on a TCP port (any address), e.g. 'etcd (pid 123)', or None when it is free."""
+    out = subprocess.run(["ss", "-Htlnp", f"sport = :{port}"], capture_output=True, text=True)
+    line = out.stdout.strip().splitlines()
+    if not line:
+        return None
+    if 'users:(("' in line[0]:
+        detail = line[0].split('users:(("', 1)[1]
+        name, rest = detail.split('"', 1)
+        pid = rest.split("pid=", 1)[1].split(",", 1)[0] if "pid=" in rest else "?"
+        return f"{name} (pid {pid})"
+    return "another process"
+
+
+def log_tail(layout: Layout, name: str, lines: int = 20) -> str:
+    try:
+        return "\n".join(layout.log(name).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"

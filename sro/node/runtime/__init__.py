@@ -1,0 +1,4 @@
+"""Container runtime injection: OCI hook, runc wrapper and CDI specs for the recipes' hardware.
+
+Kept import-free on purpose: `python -m sro.node.runtime.hookmain` sits on every container start.
+"""

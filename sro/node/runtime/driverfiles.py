@@ -1,0 +1,171 @@
+"""Find a recipe's driver files on the host: device nodes, libraries, binaries, directories, firmware.
+
+Why its own module: this is the only place the runtime code reads the host's driver, and it takes the
+driver root and the dev root as parameters (the real `/` and the recipe's root on a node; temporary
+trees in tests), so nothing here ever reaches for a fixed host path by itself.
+
+Container paths are host paths with the driver root stripped (NVIDIA's toolkit does the same for a
+driver container's root): `<root>/lib/libsimgpu.so.1` is `/lib/libsimgpu.so.1` inside.
+Library matches that are symlinks to another match collapse into the real file; the soname links
+are made again inside the container by ldconfig.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import os
+import re
+import stat
+from collections.abc import Iterable
+
+from sro.api.recipes import Recipe
+from sro.node.runtime.inventory import DeviceNode, DriverInventory, FileMount
+
+LIB_DIRS = (
+    "usr/lib/x86_64-linux-gnu",
+    "lib/x86_64-linux-gnu",
+    "usr/lib/aarch64-linux-gnu",
+    "lib/aarch64-linux-gnu",
+    "usr/lib64",
+    "lib64",
+    "usr/lib",
+    "lib",
+)
+BIN_DIRS = ("usr/bin", "bin", "usr/sbin", "sbin")
+
+
+def _under(root: str, path: str) -> str:
+    return os.path.join(root, path.lstrip("/"))
+
+
+def container_path(driver_root: str, host_path: str) -> str:
+    """`host_path` as the container sees it: relative to the driver root, made absolute."""
+    rel = os.path.relpath(host_path, driver_root)
+    if rel == ".." or rel.startswith("../"):
+        raise ValueError(f"{host_path} is not under the driver root {driver_root}")
+    return "/" + rel if rel != "." else "/"
+
+
+def _char_node(host_path: str, path: str, device_id: str = "") -> DeviceNode | None:
+    try:
+        st = os.stat(host_path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISCHR(st.st_mode):
+        return None
+    return DeviceNode(
+        path=path,
+        host_path=host_path,
+        major=os.major(st.st_rdev),
+        minor=os.minor(st.st_rdev),
+        file_mode=stat.S_IMODE(st.st_mode),
+        device_id=device_id,
+    )
+
+
+def _pattern_regex(pattern: str) -> re.Pattern[str]:
+    name = os.path.basename(pattern)
+    parts = re.split(r"\{(?:index|minor)\}", name)
+    if len(parts) != 2:
+        raise ValueError(f"device node pattern {pattern!r} must hold exactly one {{index}} or {{minor}}")
+    return re.compile(re.escape(parts[0]) + r"(\d+)" + re.escape(parts[1]) + r"\Z")
+
+
+def find_devices(recipe: Recipe, dev_root: str) -> tuple[DeviceNode, ...]:
+    """Per-device nodes matching the recipe's pattern, in index order."""
+    regex = _pattern_regex(recipe.device_node)
+    container_dir = os.path.dirname(recipe.device_node)
+    host_dir = _under(dev_root, container_dir)
+    try:
+        names = os.listdir(host_dir)
+    except FileNotFoundError:
+        return ()
+    found: list[tuple[int, DeviceNode]] = []
+    for name in names:
+        m = regex.match(name)
+        if not m:
+            continue
+        node = _char_node(os.path.join(host_dir, name), f"{container_dir}/{name}", str(int(m.group(1))))
+        if node is not None:
+            found.append((int(m.group(1)), node))
+    return tuple(n for _, n in sorted(found, key=lambda t: t[0]))
+
+
+def find_control_nodes(recipe: Recipe, dev_root: str) -> tuple[DeviceNode, ...]:
+    nodes = (_char_node(_under(dev_root, p), p) for p in recipe.control_nodes)
+    return tuple(n for n in nodes if n is not None)
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def find_libraries(driver_root: str, patterns: Iterable[str], seen: set[str]) -> tuple[FileMount, ...]:
+    """Regular files matching `patterns` in the usual library folders; symlinks collapse to their file."""
+    out: list[FileMount] = []
+    for rel_dir in LIB_DIRS:
+        host_dir = os.path.join(driver_root, rel_dir)
+        for pattern in patterns:
+            for name in fnmatch.filter(_listdir(host_dir), pattern):
+                real = os.path.realpath(os.path.join(host_dir, name))
+                if real in seen or not os.path.isfile(real):
+                    continue
+                seen.add(real)
+                # Mount the real file under its own name, in the folder where the match was found.
+                where = os.path.join(host_dir, os.path.basename(real))
+                if os.path.realpath(where) != real:
+                    where = os.path.join(host_dir, name)
+                out.append(FileMount(real, container_path(driver_root, where)))
+    return tuple(out)
+
+
+def find_binaries(driver_root: str, names: Iterable[str], seen: set[str]) -> tuple[FileMount, ...]:
+    out: list[FileMount] = []
+    for name in names:
+        for rel_dir in BIN_DIRS:
+            path = os.path.join(driver_root, rel_dir, name)
+            real = os.path.realpath(path)
+            if os.path.isfile(real) and real not in seen:
+                seen.add(real)
+                out.append(FileMount(real, container_path(driver_root, path)))
+                break
+    return tuple(out)
+
+
+def find_directories(driver_root: str, rel_dirs: Iterable[str]) -> tuple[FileMount, ...]:
+    out: list[FileMount] = []
+    for rel in rel_dirs:
+        path = os.path.join(driver_root, rel)
+        if os.path.isdir(path):
+            out.append(FileMount(os.path.realpath(path), container_path(driver_root, path), "dir"))
+    return tuple(out)
+
+
+def find_firmware(driver_root: str, patterns: Iterable[str]) -> tuple[FileMount, ...]:
+    out: list[FileMount] = []
+    for pattern in patterns:
+        for rel in sorted(glob.glob(pattern, root_dir=driver_root)):
+            path = os.path.join(driver_root, rel)
+            if os.path.isfile(path):
+                out.append(FileMount(os.path.realpath(path), container_path(driver_root, path)))
+    return tuple(out)
+
+
+def discover(recipe: Recipe, driver_root: str | None = None, dev_root: str = "/") -> DriverInventory:
+    """Everything the recipe's driver offers on this host (empty groups where files are missing)."""
+    root = driver_root if driver_root is not None else recipe.driver_root
+    seen_libs: set[str] = set()
+    seen_bins: set[str] = set()
+    return DriverInventory(
+        recipe=recipe.name,
+        devices=find_devices(recipe, dev_root),
+        control_nodes=find_control_nodes(recipe, dev_root),
+        libraries={cap: find_libraries(root, pats, seen_libs) for cap, pats in recipe.libraries.items()},
+        binaries={cap: find_binaries(root, names, seen_bins) for cap, names in recipe.binaries.items()},
+        directories={cap: find_directories(root, dirs) for cap, dirs in recipe.directories.items()},
+        firmware=find_firmware(root, recipe.firmware),
+    )

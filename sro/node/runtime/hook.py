@@ -1,0 +1,237 @@
+"""The OCI hook: read the container's state, decide what it asked for, inject it.
+
+Why it is written this way:
+  * It sits on every container start, so it imports only the standard library and this package's
+    pure modules (no click, yaml, grpc); run it as `python -I -m sro.node.runtime.hook STAGE ...`
+    (`-I`: no PYTHON* variables, no current directory on sys.path — the current directory of a
+    createContainer hook is the image's root, where a hostile image could plant `sro/`).
+  * Everything that can be refused is checked before anything is changed: the state JSON, the
+    bundle's config.json, the request (unknown device ids), the driver's files, the host ldconfig.
+    Bad input therefore fails the container's start with a message and leaves the host as it was.
+  * prestart runs in the runtime's namespaces: the device cgroup is opened there (host view), then
+    the hook joins the container's mount namespace (setns) so mounts and nodes exist only inside it.
+    createContainer already runs inside it. poststart/poststop have nothing to do.
+
+Exit status 0 on success or nothing to do, 1 with `sro hook: <why>` on stderr otherwise (runc shows
+that text in its error). Options: --recipe NAME (repeatable; default: every built-in), --driver-root
+[NAME=]PATH, --dev-root PATH, --ldconfig PATH|none, --resolver auto|openat2|walk,
+--policy beneath|in-root, --mount-api new|old.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from sro.api.recipes import BUILTIN, Recipe
+from sro.node.runtime import activation, driverfiles, inject, inventory, mounting, safepath
+
+STAGES = ("prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop")
+ACTIVE_STAGES = ("prestart", "createContainer")
+MAX_STATE_BYTES = 1 << 20
+MAX_CONFIG_BYTES = 16 << 20
+
+
+class HookError(Exception):
+    """Why the hook refuses to let the container start."""
+
+
+@dataclass(frozen=True)
+class HookArgs:
+    stage: str
+    recipes: tuple[Recipe, ...]
+    driver_roots: Mapping[str, str] = field(default_factory=dict)  # recipe name -> driver root
+    dev_root: str = "/"
+    opts: inject.Options = field(default_factory=inject.Options)
+    folders: tuple[str, ...] = ()  # update-ldcache only
+
+
+def parse_args(argv: Sequence[str]) -> HookArgs:
+    """A tiny hand parser: argparse alone would cost more than the rest of the import graph."""
+    if not argv or argv[0] in ("-h", "--help"):
+        raise HookError(__doc__ or "usage: hook STAGE [options]")
+    stage = argv[0]
+    if stage not in (*STAGES, "update-ldcache"):
+        raise HookError(f"unknown hook stage {stage!r} (one of {', '.join(STAGES)}, update-ldcache)")
+    names: list[str] = []
+    roots: dict[str, str] = {}
+    common_root: str | None = None
+    dev_root = "/"
+    folders: list[str] = []
+    opt: dict[str, Any] = {}
+    it = iter(argv[1:])
+    for arg in it:
+        key, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        if not eq:
+            value = next(it, "")
+            if not value:
+                raise HookError(f"option {key} needs a value")
+        if key == "--recipe":
+            if value not in BUILTIN:
+                raise HookError(f"--recipe: unknown recipe {value!r} (known: {', '.join(BUILTIN)})")
+            names.append(value)
+        elif key == "--driver-root":
+            name, sep, path = (
+                value.partition("=") if "=" in value and not value.startswith("/") else ("", "", value)
+            )
+            if sep:
+                roots[name] = path
+            else:
+                common_root = path
+        elif key == "--dev-root":
+            dev_root = value
+        elif key == "--folder":
+            folders.append(value)
+        elif key == "--ldconfig":
+            opt["ldconfig"] = None if value == "none" else value
+        elif key == "--resolver" and value in ("auto", "openat2", "walk"):
+            opt["use_openat2"] = {"auto": None, "openat2": True, "walk": False}[value]
+        elif key == "--policy" and value in ("beneath", "in-root"):
+            opt["policy"] = value
+        elif key == "--mount-api" and value in ("new", "old"):
+            opt["new_mount_api"] = value == "new"
+        else:
+            raise HookError(f"unknown option or value: {key} {value}")
+    recipes = tuple(BUILTIN[n] for n in (names or list(BUILTIN)))
+    if common_root is not None:
+        roots = {r.name: roots.get(r.name, common_root) for r in recipes}
+    return HookArgs(stage, recipes, roots, dev_root, inject.Options(**opt), tuple(folders))
+
+
+def read_state(stream: IO[bytes]) -> dict[str, Any]:
+    raw = stream.read(MAX_STATE_BYTES + 1)
+    if len(raw) > MAX_STATE_BYTES:
+        raise HookError("state JSON on stdin: larger than 1 MiB")
+    try:
+        state = json.loads(raw)
+    except ValueError as e:
+        raise HookError(f"state JSON on stdin: not valid JSON ({e})") from None
+    if not isinstance(state, dict):
+        raise HookError("state JSON on stdin: expected an object")
+    bundle = state.get("bundle", state.get("bundlePath"))
+    if not isinstance(bundle, str) or not os.path.isabs(bundle):
+        raise HookError(f"state JSON on stdin: 'bundle' must be an absolute path, got {bundle!r}")
+    pid = state.get("pid", 0)
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid < 0:
+        raise HookError(f"state JSON on stdin: 'pid' must be a non-negative integer, got {pid!r}")
+    return state
+
+
+def read_config(bundle: str) -> dict[str, Any]:
+    path = os.path.join(bundle, "config.json")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as e:
+        raise HookError(f"bundle config {path}: {e.strerror}") from None
+    try:
+        config = json.loads(raw)
+    except ValueError as e:
+        raise HookError(f"bundle config {path}: not valid JSON ({e})") from None
+    if not isinstance(config, dict):
+        raise HookError(f"bundle config {path}: expected an object")
+    root = config.get("root")
+    if not isinstance(root, dict) or not isinstance(root.get("path"), str) or not root["path"]:
+        raise HookError(f"bundle config {path}: 'root.path' must be a non-empty string")
+    process = config.get("process", {})
+    env = process.get("env", []) if isinstance(process, dict) else None
+    if not isinstance(env, list) or not all(isinstance(e, str) for e in env):
+        raise HookError(f"bundle config {path}: 'process.env' must be a list of strings")
+    ann = config.get("annotations", {})
+    if not isinstance(ann, dict) or not all(isinstance(v, str) for v in ann.values()):
+        raise HookError(f"bundle config {path}: 'annotations' must map strings to strings")
+    linux = config.get("linux", {})
+    if isinstance(linux, dict) and linux.get("rootfsPropagation") in ("shared", "rshared"):
+        raise HookError(
+            f"bundle config {path}: rootfsPropagation {linux['rootfsPropagation']} would carry "
+            "the hook's mounts to the host; refusing"
+        )
+    return config
+
+
+def rootfs_of(bundle: str, config: Mapping[str, Any]) -> str:
+    path = str(config["root"]["path"])
+    return path if os.path.isabs(path) else os.path.join(bundle, path)
+
+
+def build_plan(args: HookArgs, config: Mapping[str, Any]) -> inventory.InjectionPlan:
+    try:
+        requests = activation.requests_for(
+            args.recipes, config.get("process", {}).get("env", []), config.get("annotations", {})
+        )
+    except activation.ActivationError as e:
+        raise HookError(str(e)) from None
+    inventories = {
+        r.recipe.name: driverfiles.discover(r.recipe, args.driver_roots.get(r.recipe.name), args.dev_root)
+        for r in requests
+    }
+    try:
+        return inventory.plan_all(requests, inventories)
+    except inventory.UnknownDeviceError as e:
+        raise HookError(str(e)) from None
+
+
+def run(args: HookArgs, stdin: IO[bytes]) -> None:
+    """One hook invocation; raises HookError (or InjectError) with the reason to refuse."""
+    if args.stage not in (*ACTIVE_STAGES, "update-ldcache"):
+        return
+    state = read_state(stdin)
+    bundle = state.get("bundle", state.get("bundlePath"))
+    assert isinstance(bundle, str)
+    config = read_config(bundle)
+    rootfs = rootfs_of(bundle, config)
+    if args.stage == "update-ldcache":
+        if args.opts.ldconfig:
+            inject.check_host_ldconfig(args.opts.ldconfig)
+            with safepath.Root(rootfs, policy=args.opts.policy, use_openat2=args.opts.use_openat2) as root:
+                inject.update_ldcache(root, args.folders, args.opts.ldconfig)
+        return
+    plan = build_plan(args, config)
+    if plan.empty:
+        return
+    if args.opts.ldconfig and plan.ld_folders:
+        inject.check_host_ldconfig(args.opts.ldconfig)
+    if args.stage == "prestart":
+        pid = state.get("pid", 0)
+        if not pid:
+            raise HookError("state JSON on stdin: prestart needs the container's 'pid'")
+        cgroup = inject.devices_cgroup_dir(pid)
+        if cgroup is not None:
+            inject.allow_devices(cgroup, plan.cgroup_rules)
+        try:
+            ns = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as e:
+            raise HookError(f"container pid {pid}: {e.strerror}") from None
+        try:
+            mounting.setns(ns)
+        finally:
+            os.close(ns)
+    else:  # createContainer: already in the container's namespaces, before pivot_root
+        # Without a cgroup namespace /proc/self/cgroup names the container's cgroup; with one it
+        # reads "/", and the hook cannot tell which cgroup is the container's: prestart can.
+        cgroup = inject.devices_cgroup_dir("self")
+        if cgroup is not None:
+            inject.allow_devices(cgroup, plan.cgroup_rules)
+    inject.inject(plan, rootfs, args.opts)
+
+
+def main(argv: Sequence[str] | None = None, stdin: IO[bytes] | None = None) -> int:
+    os.chdir("/")  # never work from the image's root (runc starts createContainer hooks there)
+    try:
+        args = parse_args(sys.argv[1:] if argv is None else argv)
+        run(args, stdin if stdin is not None else sys.stdin.buffer)
+    except (HookError, inject.InjectError) as e:
+        print(f"sro hook: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"sro hook: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

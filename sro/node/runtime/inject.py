@@ -1,0 +1,165 @@
+"""Carry out an injection plan inside one container's root filesystem, and open its device cgroup.
+
+Why separate from the hook's parsing: this is the part that changes things, and it changes them only
+through `safepath.Root` (paths resolved inside the rootfs, the last component never followed), the
+fd-based bind mounts of `mounting`, and the host's own ldconfig run chrooted into the rootfs. It is
+called after the hook has joined the container's mount namespace, so every mount it makes lives and
+dies with the container; nothing is mounted in the host's namespace.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from dataclasses import dataclass
+
+from sro.node.runtime import mounting
+from sro.node.runtime.inventory import InjectionPlan
+from sro.node.runtime.safepath import PathError, Policy, Root
+
+LD_CONF = "/etc/ld.so.conf.d/000-sro.conf"
+CLEAN_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+LDCONFIG_TIMEOUT_S = 20.0
+
+
+class InjectError(RuntimeError):
+    """Injection failed; the message names the path or device and the reason."""
+
+
+@dataclass(frozen=True)
+class Options:
+    policy: Policy = "beneath"
+    use_openat2: bool | None = None  # None: use it when the kernel has it
+    new_mount_api: bool = True
+    ldconfig: str | None = "/sbin/ldconfig"  # the host's; None skips the linker cache
+
+
+def check_host_ldconfig(path: str) -> str:
+    """Refuse any ldconfig but a root-owned, not group/world-writable regular file of the host."""
+    if not os.path.isabs(path):
+        raise InjectError(f"ldconfig {path!r}: must be an absolute host path")
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise InjectError(f"ldconfig {path}: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+        raise InjectError(f"ldconfig {path}: not a root-owned, non-writable regular file; refusing to run it")
+    return path
+
+
+def _mount_all(root: Root, plan: InjectionPlan, opts: Options) -> None:
+    for m in plan.mounts:
+        try:
+            fd = root.mount_target(m.container_path, m.kind)
+        except OSError as e:
+            raise InjectError(
+                f"cannot mount {m.host_path} at {m.container_path} in the rootfs: {e}"
+            ) from None
+        try:
+            reopen = None if opts.new_mount_api else (lambda p=m.container_path: root.open_leaf(p))
+            mounting.bind(m.host_path, fd, readonly=True, reopen=reopen, new_api=opts.new_mount_api)
+        except OSError as e:
+            raise InjectError(f"bind mount {m.host_path} -> {m.container_path}: {e}") from None
+        finally:
+            os.close(fd)
+
+
+def _devices(root: Root, plan: InjectionPlan) -> None:
+    old = os.umask(0)
+    try:
+        for d in plan.device_nodes:
+            try:
+                root.make_device(d.path, d.major, d.minor, d.file_mode)
+            except OSError as e:
+                raise InjectError(f"cannot create device node {d.path} in the rootfs: {e}") from None
+    finally:
+        os.umask(old)
+
+
+def update_ldcache(root: Root, folders: tuple[str, ...], ldconfig: str) -> None:
+    """Write our ld.so.conf.d entry and rebuild /etc/ld.so.cache with the host's ldconfig.
+
+    ldconfig chroots into the rootfs (`-r`) through the magic link of our root fd, so every path it
+    touches, a symlinked /etc/ld.so.cache included, resolves inside the container's root. It runs with
+    a fixed environment, from `/`, and is always waited for (a hook must not leave children behind).
+    """
+    try:
+        root.write_file(LD_CONF, "".join(f + "\n" for f in folders).encode())
+    except OSError as e:
+        raise InjectError(f"cannot write {LD_CONF} in the rootfs: {e}") from None
+    argv = [ldconfig, "-r", f"/proc/self/fd/{root.fd}", *folders]
+    try:
+        res = subprocess.run(
+            argv,
+            env=CLEAN_ENV,
+            cwd="/",
+            pass_fds=(root.fd,),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=LDCONFIG_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise InjectError(f"{ldconfig} did not finish in {LDCONFIG_TIMEOUT_S:.0f} s") from None
+    if res.returncode != 0:
+        msg = (res.stderr or res.stdout).decode(errors="replace").strip()
+        raise InjectError(f"{ldconfig} -r <rootfs> failed ({res.returncode}): {msg}")
+
+
+def inject(plan: InjectionPlan, rootfs: str, opts: Options) -> None:
+    """Device nodes, read-only bind mounts and the linker cache, all inside `rootfs`."""
+    try:
+        root = Root(rootfs, policy=opts.policy, use_openat2=opts.use_openat2)
+    except OSError as e:
+        raise InjectError(f"rootfs {rootfs}: {e.strerror}") from None
+    with root:
+        try:
+            _devices(root, plan)
+            _mount_all(root, plan, opts)
+            if plan.ld_folders and opts.ldconfig:
+                update_ldcache(root, plan.ld_folders, opts.ldconfig)
+        except PathError as e:
+            raise InjectError(str(e)) from None
+
+
+# -- device cgroup (v1) ------------------------------------------------------------------------------
+
+
+def devices_cgroup_dir(pid: int | str, proc: str = "/proc") -> str | None:
+    """The devices-controller directory of a process (v1), or None on a cgroup v2-only host."""
+    rel = None
+    with open(f"{proc}/{pid}/cgroup") as f:
+        for line in f:
+            _, controllers, path = line.rstrip("\n").split(":", 2)
+            if "devices" in controllers.split(","):
+                rel = path
+    if rel is None or rel == "/":
+        return None  # cgroup v2 only, or a cgroup namespace hides the path: never touch the root
+    if ".." in rel.split("/"):
+        raise InjectError(f"{proc}/{pid}/cgroup: refusing a devices cgroup path with '..': {rel!r}")
+    with open(f"{proc}/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            fields, rfields = left.split(), right.split()
+            if rfields and rfields[0] == "cgroup" and "devices" in rfields[-1].split(","):
+                root, mountpoint = fields[3], fields[4]
+                if rel == root or rel.startswith(root.rstrip("/") + "/"):
+                    return mountpoint + "/" + rel[len(root) :].lstrip("/")
+    raise InjectError(f"the devices cgroup {rel} of pid {pid} is not mounted in this namespace")
+
+
+def allow_devices(cgroup_dir: str, rules: tuple[str, ...]) -> None:
+    """Append allow rules ("c 240:0 rwm") to a v1 devices cgroup."""
+    path = os.path.join(cgroup_dir, "devices.allow")
+    for rule in rules:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as e:
+            raise InjectError(f"{path}: {e.strerror}") from None
+        try:
+            os.write(fd, rule.encode())
+        except OSError as e:
+            raise InjectError(f"{path}: writing {rule!r}: {e.strerror}") from None
+        finally:
+            os.close(fd)

@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "sro.local.commands:local",
         "A real single-node Kubernetes on this machine (up/down/status/env/image).",
     ),
+    "discover": ("sro.node.discovery.command:discover_command", "Node features as NFD labels; --publish labels the Node."),
     "demo": ("sro.demo:demo", "Bring up the local cluster, deploy sro on it and show what it found."),
 }
 

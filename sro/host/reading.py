@@ -1,0 +1,129 @@
+"""Reading the node's files without ever raising: every failure becomes a Problem naming the path.
+
+Why: sysfs and procfs are full of odd entries (files that vanish mid-scan, attributes that fail
+with EIO or EACCES, garbage where hex should be). A discovery pass must report such a file and go
+on with every other feature, and the publisher must know that a read failed so that it does not
+remove a label only because it could not look. A HostReader collects the problems of one pass.
+
+It can also record what it read (a shared `Recording`): `scripts/capture-host` uses that to copy exactly
+the files discovery reads into a fake host tree, and the benchmark uses it as its baseline (reading
+the same files with nothing else done).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from sro.host.root import HostRoot
+
+# Enough for /proc/cpuinfo of a large machine; anything bigger is not a feature file.
+DEFAULT_LIMIT = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A read that failed or gave something unusable; `path` names the file (or config field)."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+class Recording:
+    """Every file (its bytes) and directory (its entries) that readers sharing it looked at."""
+
+    def __init__(self) -> None:
+        self.files: dict[Path, bytes] = {}
+        self.dirs: dict[Path, list[tuple[str, bool]]] = {}
+
+
+class HostReader:
+    """Reads files of one HostRoot for one pass; collects problems (and, if asked, what it read)."""
+
+    def __init__(self, host: HostRoot, *, recording: Recording | None = None) -> None:
+        self.host = host
+        self.recording = recording
+        self.problems: list[Problem] = []  # failed reads: the pass is incomplete
+        self.warnings: list[Problem] = []  # bad content that was read fine (e.g. a bad line)
+
+    def problem(self, path: Path | str, message: str) -> None:
+        self.problems.append(Problem(str(path), message))
+
+    def warn(self, path: Path | str, message: str) -> None:
+        self.warnings.append(Problem(str(path), message))
+
+    def read_bytes(self, path: Path, *, required: bool = False, limit: int = DEFAULT_LIMIT) -> bytes | None:
+        """The file's bytes, or None. A missing file is a problem only when `required`."""
+        try:
+            with open(path, "rb") as f:
+                data = f.read(limit + 1)
+        except FileNotFoundError:
+            if required:
+                self.problem(path, "missing")
+            return None
+        except IsADirectoryError:
+            self.problem(path, "is a directory, expected a file")
+            return None
+        except OSError as e:
+            # ENODEV/ENXIO: the device behind a sysfs attribute went away; still a failed read.
+            self.problem(path, f"unreadable ({errno.errorcode.get(e.errno or 0, e.errno)}: {e.strerror})")
+            return None
+        if len(data) > limit:
+            self.problem(path, f"larger than {limit} bytes, ignored")
+            return None
+        if self.recording is not None:
+            self.recording.files[path] = data
+        return data
+
+    def read_text(self, path: Path, *, required: bool = False, limit: int = DEFAULT_LIMIT) -> str | None:
+        """The file's text (UTF-8), or None with a problem for undecodable content."""
+        data = self.read_bytes(path, required=required, limit=limit)
+        if data is None:
+            return None
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            self.problem(path, f"not UTF-8 text ({e.reason} at byte {e.start})")
+            return None
+
+    def read_value(self, path: Path, *, required: bool = False) -> str | None:
+        """A one-value attribute file (sysfs style), stripped; None when missing or unreadable."""
+        text = self.read_text(path, required=required, limit=64 * 1024)
+        return None if text is None else text.strip()
+
+    def list_dir(self, path: Path, *, required: bool = False) -> list[str]:
+        """Sorted entry names, [] when missing (a problem only when `required`) or unreadable."""
+        try:
+            with os.scandir(path) as it:
+                entries = sorted((e.name, _is_dir(e)) for e in it)
+        except FileNotFoundError:
+            if required:
+                self.problem(path, "missing directory")
+            return []
+        except NotADirectoryError:
+            self.problem(path, "not a directory")
+            return []
+        except OSError as e:
+            self.problem(path, f"cannot list ({e.strerror})")
+            return []
+        if self.recording is not None:
+            self.recording.dirs[path] = entries
+        return [name for name, _ in entries]
+
+    def exists(self, path: Path) -> bool:
+        ok = os.path.exists(path)
+        if ok and self.recording is not None and os.path.isdir(path):
+            self.recording.dirs.setdefault(path, [])
+        return ok
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False

@@ -1,0 +1,91 @@
+"""Reading and patching one Node's labels and annotations.
+
+Why a JSON merge patch carrying the resourceVersion: a node agent changes only the keys it owns,
+and the resourceVersion makes the API server refuse the patch (409) if anyone changed the Node
+since we read it, so a label someone else added a moment ago is never clobbered by a stale plan;
+the caller re-reads and re-plans. `None` as a value removes the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from lightkube import ApiError, Client
+from lightkube.resources.core_v1 import Node
+from lightkube.types import PatchType
+
+
+@dataclass(frozen=True)
+class NodeMeta:
+    """The parts of a Node a labeller needs."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    resource_version: str = ""
+
+
+class NodeApiError(RuntimeError):
+    """The API server refused or could not be reached; `conflict` means re-read and retry."""
+
+    def __init__(self, message: str, *, conflict: bool = False, not_found: bool = False) -> None:
+        super().__init__(message)
+        self.conflict = conflict
+        self.not_found = not_found
+
+
+def _meta(node: Any) -> NodeMeta:
+    md = node.metadata
+    return NodeMeta(
+        name=md.name,
+        labels=dict(md.labels or {}),
+        annotations=dict(md.annotations or {}),
+        resource_version=md.resourceVersion or "",
+    )
+
+
+def _wrap(action: str, name: str, e: Exception) -> NodeApiError:
+    if isinstance(e, ApiError):
+        code = e.status.code or 0
+        return NodeApiError(
+            f"{action} node {name}: {code} {e.status.reason or ''} {e.status.message or ''}".strip(),
+            conflict=code == 409,
+            not_found=code == 404,
+        )
+    return NodeApiError(f"{action} node {name}: API server unreachable ({type(e).__name__}: {e})")
+
+
+class NodeLabels:
+    """Get and merge-patch a Node's metadata through one lightkube client."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def read(self, name: str) -> NodeMeta:
+        try:
+            return _meta(self.client.get(Node, name=name))
+        except (ApiError, httpx.HTTPError, OSError) as e:
+            raise _wrap("read", name, e) from e
+
+    def patch(
+        self,
+        name: str,
+        labels: Mapping[str, str | None],
+        annotations: Mapping[str, str | None],
+        resource_version: str = "",
+    ) -> NodeMeta:
+        metadata: dict[str, Any] = {}
+        if labels:
+            metadata["labels"] = dict(labels)
+        if annotations:
+            metadata["annotations"] = dict(annotations)
+        if resource_version:
+            metadata["resourceVersion"] = resource_version
+        try:
+            node = self.client.patch(Node, name, {"metadata": metadata}, patch_type=PatchType.MERGE)
+        except (ApiError, httpx.HTTPError, OSError) as e:
+            raise _wrap("patch", name, e) from e
+        return _meta(node)

@@ -1,0 +1,178 @@
+"""CPU feature source: cpuid flags, model, hardware multithreading, pstate, cstate, security.
+
+NFD executes CPUID itself; we read the kernel's view (`/proc/cpuinfo`) through the host root so a
+fake tree can describe any CPU. Linux flag names are mapped to the names NFD's cpuid library uses
+(`sse4_2` -> `SSE42`, `pni` -> `SSE3`, ...) so the labels are NFD's; flags NFD does not know are
+kept as raw features but not labelled. NFD's default attribute blacklist applies.
+"""
+
+from __future__ import annotations
+
+from sro.host.reading import HostReader
+from sro.node.discovery.config import Config
+from sro.node.discovery.features import Features, nfd_key
+
+NAME = "cpu"
+
+# Linux /proc/cpuinfo flag -> NFD (klauspost/cpuid) feature name.
+CPUID_NAMES = {
+    "3dnow": "AMD3DNOW", "3dnowext": "AMD3DNOWEXT", "abm": "LZCNT", "adx": "ADX", "aes": "AESNI",
+    "amx_bf16": "AMXBF16", "amx_fp16": "AMXFP16", "amx_int8": "AMXINT8", "amx_tile": "AMXTILE",
+    "avx": "AVX", "avx2": "AVX2", "avx512_4fmaps": "AVX512FMAPS4", "avx512_4vnniw": "AVX512VNNIW4",
+    "avx512_bf16": "AVX512BF16", "avx512_bitalg": "AVX512BITALG", "avx512_fp16": "AVX512FP16",
+    "avx512_vbmi2": "AVX512VBMI2", "avx512_vnni": "AVX512VNNI", "avx512_vp2intersect": "AVX512VP2INTERSECT",
+    "avx512_vpopcntdq": "AVX512VPOPCNTDQ", "avx512bw": "AVX512BW", "avx512cd": "AVX512CD",
+    "avx512dq": "AVX512DQ", "avx512er": "AVX512ER", "avx512f": "AVX512F", "avx512ifma": "AVX512IFMA",
+    "avx512pf": "AVX512PF", "avx512vbmi": "AVX512VBMI", "avx512vl": "AVX512VL", "avx_vnni": "AVXVNNI",
+    "bmi1": "BMI1", "bmi2": "BMI2", "cldemote": "CLDEMOTE", "clzero": "CLZERO", "cmov": "CMOV",
+    "cx16": "CX16", "cx8": "CMPXCHG8", "enqcmd": "ENQCMD", "erms": "ERMS", "f16c": "F16C", "fma": "FMA3",
+    "fma4": "FMA4", "fsrm": "FSRM", "fxsr": "FXSR", "fxsr_opt": "FXSROPT", "gfni": "GFNI", "hle": "HLE",
+    "ht": "HTT", "hypervisor": "HYPERVISOR", "ibpb": "IBPB", "ibrs": "IBRS", "ibt": "CETIBT",
+    "lahf_lm": "LAHF", "md_clear": "MD_CLEAR", "mmx": "MMX", "mmxext": "MMXEXT", "movbe": "MOVBE",
+    "movdir64b": "MOVDIR64B", "movdiri": "MOVDIRI", "mpx": "MPX", "nx": "NX", "pclmulqdq": "CLMUL",
+    "pconfig": "PCONFIG", "pni": "SSE3", "popcnt": "POPCNT", "rdpid": "RDPID", "rdrand": "RDRAND",
+    "rdseed": "RDSEED", "rdtscp": "RDTSCP", "rtm": "RTM", "serialize": "SERIALIZE", "sev": "SEV",
+    "sev_es": "SEV_ES", "sev_snp": "SEV_SNP", "sgx": "SGX", "sgx_lc": "SGXLC", "sha_ni": "SHA",
+    "shstk": "CETSS", "sme": "SME", "sse": "SSE", "sse2": "SSE2", "sse4_1": "SSE4", "sse4_2": "SSE42",
+    "sse4a": "SSE4A", "ssbd": "SSBD", "ssse3": "SSSE3", "stibp": "STIBP", "svm": "SVM",
+    "syscall": "SYSCALL", "tbm": "TBM", "tdx_guest": "TDX_GUEST", "tsxldtrk": "TSXLDTRK",
+    "vaes": "VAES", "vmx": "VMX", "vpclmulqdq": "VPCLMULQDQ", "waitpkg": "WAITPKG",
+    "wbnoinvd": "WBNOINVD", "sep": "SYSEE", "xop": "XOP", "xsave": "XSAVE", "xsavec": "XSAVEC",
+    "xsaveopt": "XSAVEOPT", "xsaves": "XSAVES", "fpu": "X87", "osxsave": "OSXSAVE",
+}  # fmt: skip
+
+VENDORS = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD", "HygonGenuine": "Hygon", "CentaurHauls": "VIA"}
+
+
+def parse_cpuinfo(text: str) -> dict[str, str]:
+    """The first processor block of /proc/cpuinfo as key -> value."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if out:
+                break
+            continue
+        key, sep, value = line.partition(":")
+        if sep:
+            out.setdefault(key.strip(), value.strip())
+    return out
+
+
+class CpuSource:
+    name = NAME
+
+    def discover(self, reader: HostReader, config: Config) -> Features:
+        cpuinfo_path = reader.host.proc / "cpuinfo"
+        text = reader.read_text(cpuinfo_path, required=True) or ""
+        info = parse_cpuinfo(text)
+        raw_flags = (info.get("flags") or info.get("Features") or "").split()
+        if text and not raw_flags:
+            reader.problem(cpuinfo_path, "no `flags` line in the first processor block")
+        if info.get("flags"):
+            cpuid = {CPUID_NAMES[f] for f in raw_flags if f in CPUID_NAMES}
+            if "XSAVE" in cpuid:  # Linux always enables XSAVE when the CPU has it: CPUID shows OSXSAVE
+                cpuid.add("OSXSAVE")
+        else:  # arm64 and others: NFD labels the hwcap names upper-cased
+            cpuid = {f.upper() for f in raw_flags if f.isalnum()}
+        model: dict[str, str] = {}
+        if "vendor_id" in info:
+            model["vendor_id"] = VENDORS.get(info["vendor_id"], info["vendor_id"])
+        for key, name in (("cpu family", "family"), ("model", "id")):
+            if info.get(key, "").isdigit():
+                model[name] = str(int(info[key]))
+        attributes = {"model": model, "topology": self._topology(reader)}
+        attributes["pstate"] = self._pstate(reader)
+        attributes["cstate"] = self._cstate(reader)
+        attributes["security"] = self._security(reader, cpuid)
+        return Features(
+            flags={"cpuid": frozenset(cpuid), "cpuinfo_flags": frozenset(raw_flags)}, attributes=attributes
+        )
+
+    @staticmethod
+    def _topology(reader: HostReader) -> dict[str, str]:
+        base = reader.host.sys / "bus/cpu/devices"
+        cpus = reader.list_dir(base)
+        for cpu in cpus:
+            siblings = reader.read_value(base / cpu / "topology/thread_siblings_list")
+            if siblings is not None and ("," in siblings or "-" in siblings):
+                return {"hardware_multithreading": "true"}
+        return {"hardware_multithreading": "false"} if cpus else {}
+
+    @staticmethod
+    def _pstate(reader: HostReader) -> dict[str, str]:
+        base = reader.host.sys / "devices/system/cpu"
+        status = reader.read_value(base / "intel_pstate/status")
+        if status is None:
+            return {}
+        out = {"status": status}
+        if status == "off":
+            return out
+        no_turbo = reader.read_value(base / "intel_pstate/no_turbo")
+        if no_turbo is not None:
+            out["turbo"] = "true" if no_turbo.startswith("0") else "false"
+        if status != "active":
+            return out
+        governors = set()
+        for policy in reader.list_dir(base / "cpufreq"):
+            cpus = reader.read_value(base / "cpufreq" / policy / "affected_cpus")
+            if not cpus:
+                continue
+            gov = reader.read_value(base / "cpufreq" / policy / "scaling_governor")
+            if gov:
+                governors.add(gov)
+        if len(governors) == 1:  # NFD labels the governor only when every policy agrees
+            out["scaling_governor"] = governors.pop()
+        return out
+
+    @staticmethod
+    def _cstate(reader: HostReader) -> dict[str, str]:
+        driver = reader.read_value(reader.host.sys / "devices/system/cpu/cpuidle/current_driver")
+        if driver != "intel_idle":
+            return {}
+        path = reader.host.sys / "module/intel_idle/parameters/max_cstate"
+        value = reader.read_value(path)
+        if value is None:
+            return {}
+        try:
+            return {"enabled": "true" if int(value) > 0 else "false"}
+        except ValueError:
+            reader.problem(path, f"expected an integer, got {value[:40]!r}")
+            return {}
+
+    @staticmethod
+    def _security(reader: HostReader, cpuid: set[str]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        if {"SGX", "SGXLC"} <= cpuid:
+            out["sgx.enabled"] = "true"
+        params = reader.host.sys / "module"
+        for label, path in (
+            ("sev.enabled", "kvm_amd/parameters/sev"),
+            ("sev.es.enabled", "kvm_amd/parameters/sev_es"),
+            ("sev.snp.enabled", "kvm_amd/parameters/sev_snp"),
+            ("tdx.enabled", "kvm_intel/parameters/tdx"),
+        ):
+            if reader.read_value(params / path) in ("Y", "1"):
+                out[label] = "true"
+        if "TDX_GUEST" in cpuid:
+            out["tdx.protected"] = "true"
+        return out
+
+    def labels(self, features: Features, config: Config) -> dict[str, str]:
+        out: dict[str, str] = {}
+        allow = set(config.cpuid_whitelist)
+        deny = set(config.cpuid_blacklist)
+        for flag in features.flags.get("cpuid", frozenset()):
+            if (flag in allow) if allow else (flag not in deny):
+                out[nfd_key(NAME, f"cpuid.{flag}")] = "true"
+        for group, prefix in (("model", "model."), ("pstate", "pstate."), ("cstate", "cstate.")):
+            for key, value in features.attributes.get(group, {}).items():
+                out[nfd_key(NAME, prefix + key)] = value
+        for key, value in features.attributes.get("security", {}).items():
+            out[nfd_key(NAME, f"security.{key}")] = value
+        ht = features.attributes.get("topology", {}).get("hardware_multithreading")
+        if ht is not None:
+            out[nfd_key(NAME, "hardware_multithreading")] = ht
+        return out
+
+
+SOURCE = CpuSource()

@@ -1,0 +1,113 @@
+"""Kernel feature source: version, selected config options, SELinux, loaded and enabled modules.
+
+Version components follow NFD (`6.1.0-18-amd64` -> full, major 6, minor 1, revision 0). The kernel
+config is looked up where NFD looks (the configured `kconfigFile`, /proc/config.gz, /boot,
+/lib/modules, ostree), first found wins; only `sources.kernel.configOpts` become labels.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import zlib
+from pathlib import Path
+
+from sro.host.reading import HostReader
+from sro.node.discovery.config import Config
+from sro.node.discovery.features import Features, nfd_key
+
+NAME = "kernel"
+_VERSION = re.compile(r"^(?P<major>\d+)(\.(?P<minor>\d+))?(\.(?P<revision>\d+))?(-.*)?$")
+_NOT_LABEL_CHARS = re.compile(r"[^-A-Za-z0-9_.]")
+
+
+def parse_version(release: str) -> dict[str, str]:
+    out = {"full": _NOT_LABEL_CHARS.sub("_", release).strip("-_.")}
+    m = _VERSION.match(release)
+    if m:
+        out.update({k: v for k, v in m.groupdict().items() if v})
+    return out
+
+
+def parse_kconfig(text: str) -> dict[str, str]:
+    """`CONFIG_X=y|m` -> "true"; other values unquoted; `# ... is not set` lines skipped."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.startswith("CONFIG_"):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            continue
+        out[key.removeprefix("CONFIG_")] = "true" if value in ("y", "m") else value.strip('"')
+    return out
+
+
+class KernelSource:
+    name = NAME
+
+    def discover(self, reader: HostReader, config: Config) -> Features:
+        host = reader.host
+        release = reader.read_value(host.proc / "sys/kernel/osrelease", required=True) or ""
+        attributes: dict[str, dict[str, str]] = {}
+        if release:
+            attributes["version"] = parse_version(release)
+        attributes["config"] = self._kconfig(reader, release, config)
+        enforce = reader.read_value(host.sys / "fs/selinux/enforce")
+        attributes["selinux"] = {"enabled": "true" if enforce == "1" else "false"}
+        loaded = set()
+        modules = reader.read_text(host.proc / "modules")
+        for line in (modules or "").splitlines():
+            if line.strip():
+                loaded.add(line.split()[0])
+        builtin = set()
+        text = reader.read_text(host.lib_modules / release / "modules.builtin") if release else None
+        for line in (text or "").splitlines():
+            name = Path(line.strip()).name.removesuffix(".ko")
+            if name:
+                builtin.add(name)
+        return Features(
+            flags={"loadedmodule": frozenset(loaded), "enabledmodule": frozenset(loaded | builtin)},
+            attributes=attributes,
+        )
+
+    @staticmethod
+    def _kconfig(reader: HostReader, release: str, config: Config) -> dict[str, str]:
+        host = reader.host
+        if config.kconfig_file:
+            candidates = [Path(config.kconfig_file)]
+        else:
+            candidates = [host.proc / "config.gz"]
+            if release:
+                candidates += [
+                    host.boot / f"config-{release}",
+                    host.lib_modules / release / "config",
+                    host.usr_lib / "ostree-boot" / f"config-{release}",
+                    host.usr_lib / "kernel" / f"config-{release}",
+                ]
+        for path in candidates:
+            data = reader.read_bytes(path, required=bool(config.kconfig_file))
+            if data is None:
+                continue
+            if path.suffix == ".gz":
+                try:
+                    data = gzip.decompress(data)
+                except (OSError, EOFError, zlib.error) as e:
+                    reader.problem(path, f"not a valid gzip file ({e})")
+                    continue
+            return parse_kconfig(data.decode("utf-8", "replace"))
+        return {}
+
+    def labels(self, features: Features, config: Config) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for key, value in features.attributes.get("version", {}).items():
+            out[nfd_key(NAME, f"version.{key}")] = value
+        kconfig = features.attributes.get("config", {})
+        for opt in config.kernel_config_opts:
+            if opt in kconfig:
+                out[nfd_key(NAME, f"config.{opt}")] = kconfig[opt]
+        if features.attributes.get("selinux", {}).get("enabled") == "true":
+            out[nfd_key(NAME, "selinux.enabled")] = "true"
+        return out
+
+
+SOURCE = KernelSource()

@@ -1,0 +1,93 @@
+"""Raw features -> node labels under NFD's options; pure, so every rule has a unit test.
+
+Applies, in NFD's order: enabled label sources (`core.labelSources`), each source's own rules
+(class whitelist, label fields, cpuid black/whitelist, kernel configOpts, ...), then
+`core.labelWhiteList` (matched against the name after the '/'), then Kubernetes' rules for label
+keys and values (an invalid one is dropped with a problem naming it, never sent to the API).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from sro.api.names import NFD_PREFIX
+from sro.api.recipes import NVIDIA_GPU, SIMULATED_GPU
+from sro.host.reading import Problem
+from sro.node.discovery.config import Config
+from sro.node.discovery.features import FeatureSource, SourceResult
+
+_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+_DNS = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+ACCELERATOR_PREFIXES = (NVIDIA_GPU.label_prefix, SIMULATED_GPU.label_prefix)
+
+
+@dataclass(frozen=True)
+class Labeling:
+    labels: Mapping[str, str]
+    degraded: frozenset[str]  # sources with a failed read this pass: keep their old labels
+    problems: tuple[Problem, ...]  # failed reads (degrading)
+    warnings: tuple[Problem, ...]  # dropped labels, bad config fields, bad lines (not degrading)
+
+
+def label_problem(key: str, value: str) -> str | None:
+    """Why Kubernetes would refuse this label, or None."""
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not _DNS.match(prefix)):
+        return f"invalid label prefix {prefix!r}"
+    if not _NAME.match(name):
+        return f"invalid label name {name!r} (at most 63 of [A-Za-z0-9-_.], alphanumeric at both ends)"
+    if not _VALUE.match(value):
+        return f"invalid value {value[:80]!r} (at most 63 of [A-Za-z0-9-_.], alphanumeric at both ends)"
+    return None
+
+
+def source_of_key(key: str, source_names: Sequence[str]) -> str:
+    """Which source a label key belongs to, for keys we published in an earlier pass."""
+    if key.startswith(ACCELERATOR_PREFIXES):
+        return "accelerators"
+    if key.startswith(NFD_PREFIX):
+        head = key[len(NFD_PREFIX) :].split("-", 1)[0]
+        if head in source_names and head != "local":
+            return head
+    return "local"
+
+
+def keep_stale(labeling: Labeling, source_names: Sequence[str]) -> Callable[[str], bool]:
+    """For the publisher: keep an old label when its source had a failed read this pass."""
+    degraded = labeling.degraded
+    return lambda key: source_of_key(key, source_names) in degraded
+
+
+def build_labels(
+    results: Sequence[SourceResult], config: Config, sources: Sequence[FeatureSource]
+) -> Labeling:
+    by_name = {s.name: s for s in sources}
+    labels: dict[str, str] = {}
+    problems: list[Problem] = []
+    warnings: list[Problem] = list(config.problems)
+    degraded = set()
+    for result in results:
+        problems.extend(result.problems)
+        warnings.extend(result.warnings)
+        if result.degraded:
+            degraded.add(result.source)
+        if not config.label_enabled(result.source) or result.source not in by_name:
+            continue
+        produced = by_name[result.source].labels(result.features, config)
+        for key, value in sorted(produced.items()):
+            basename = key.rpartition("/")[2]
+            if config.label_whitelist is not None and not config.label_whitelist.search(basename):
+                continue
+            why = label_problem(key, value)
+            if why:
+                warnings.append(Problem(f"label {key}", f"{why}; not published"))
+                continue
+            if key in labels and labels[key] != value:
+                warnings.append(
+                    Problem(f"label {key}", f"{result.source} overrides {labels[key]!r} with {value!r}")
+                )
+            labels[key] = value
+    return Labeling(dict(sorted(labels.items())), frozenset(degraded), tuple(problems), tuple(warnings))

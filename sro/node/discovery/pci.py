@@ -1,0 +1,69 @@
+"""PCI feature source: devices from sysfs, labelled `pci-<fields>.present` as NFD does.
+
+Reads class, vendor, device, subsystem ids (mandatory, as in NFD) and the optional SR-IOV and IOMMU
+attributes of each device under `/sys/bus/pci/devices`. A device whose mandatory attribute is
+missing or not hex is skipped with a problem naming the file; every other device still counts.
+"""
+
+from __future__ import annotations
+
+from sro.host.reading import HostReader
+from sro.node.discovery.config import PCI_FIELDS, Config
+from sro.node.discovery.features import Attrs, Features, is_hex, nfd_key
+
+NAME = "pci"
+OPTIONAL = ("sriov_totalvfs", "sriov_numvfs", "iommu_group/type")
+
+
+def read_attr(reader: HostReader, dev: str, attr: str, required: bool) -> str | None:
+    """One sysfs attribute, NFD-normalised: stripped, no `0x`, class cut to base+subclass."""
+    path = reader.host.sys / "bus/pci/devices" / dev / attr
+    raw = reader.read_value(path, required=required)
+    if raw is None:
+        return None
+    value = raw.removeprefix("0x").lower()
+    if attr in PCI_FIELDS:
+        want = 6 if attr == "class" else 4
+        if not is_hex(value, want):
+            reader.problem(path, f"expected {want} hex digits, got {raw[:40]!r}")
+            return None
+        if attr == "class":
+            value = value[:4]
+    return value
+
+
+class PciSource:
+    name = NAME
+
+    def discover(self, reader: HostReader, config: Config) -> Features:
+        devices: list[Attrs] = []
+        base = reader.host.sys / "bus/pci/devices"
+        for dev in reader.list_dir(base):
+            attrs: dict[str, str] = {}
+            for attr in PCI_FIELDS:
+                value = read_attr(reader, dev, attr, required=True)
+                if value is None:
+                    break
+                attrs[attr] = value
+            else:
+                for attr in OPTIONAL:
+                    value = read_attr(reader, dev, attr, required=False)
+                    if value is not None:
+                        attrs[attr] = value
+                attrs["address"] = dev
+                devices.append(attrs)
+        return Features(instances={"device": tuple(devices)})
+
+    def labels(self, features: Features, config: Config) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for dev in features.instances.get("device", ()):
+            if not any(dev["class"].startswith(w) for w in config.pci_class_whitelist):
+                continue
+            label = "_".join(dev[f] for f in config.pci_label_fields)
+            out[nfd_key(NAME, f"{label}.present")] = "true"
+            if "sriov_totalvfs" in dev:
+                out[nfd_key(NAME, f"{label}.sriov.capable")] = "true"
+        return out
+
+
+SOURCE = PciSource()

@@ -1,0 +1,187 @@
+"""Keeping this node's feature labels in step with discovery, touching only labels we own.
+
+Ownership is recorded on the Node itself, in the annotation `sro.dev/feature-labels` (NFD keeps the
+same record in `nfd.node.kubernetes.io/feature-labels`): a comma-separated list of the label keys
+sro published, with NFD's default namespace left out. From it the pure `plan` decides:
+- a discovered label is set unless the key already exists on the node and is not ours (then it is
+  left alone and reported);
+- a label we published before and no longer discover is removed, unless its source had a failed
+  read in this pass (nothing is removed because we could not look);
+- `cleanup` removes every label we own and the record itself.
+The Publisher applies a plan with the node's resourceVersion and re-plans on a conflict; the
+daemon loop survives an API server that goes away (warns, retries with back-off).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from sro.api.names import NFD_PREFIX, sro_label
+from sro.kube.nodes import NodeApiError, NodeMeta
+
+log = logging.getLogger(__name__)
+
+OWNED_ANNOTATION = sro_label("feature-labels")
+MAX_CONFLICT_RETRIES = 5
+
+
+class NodeApi(Protocol):
+    def read(self, name: str) -> NodeMeta: ...
+
+    def patch(
+        self,
+        name: str,
+        labels: Mapping[str, str | None],
+        annotations: Mapping[str, str | None],
+        resource_version: str = "",
+    ) -> NodeMeta: ...
+
+
+def encode_owned(keys: Sequence[str] | set[str]) -> str:
+    return ",".join(sorted(k.removeprefix(NFD_PREFIX) for k in keys))
+
+
+def decode_owned(value: str) -> set[str]:
+    out = set()
+    for item in value.split(","):
+        item = item.strip()
+        if item:
+            out.add(item if "/" in item else NFD_PREFIX + item)
+    return out
+
+
+@dataclass(frozen=True)
+class Plan:
+    set_labels: Mapping[str, str]
+    remove_labels: tuple[str, ...]
+    owned: tuple[str, ...]  # keys we own after the patch (sorted)
+    annotation: str | None  # new value of the ownership record; None removes it
+    foreign: tuple[str, ...] = ()  # discovered keys already set by someone else: left alone
+    kept: tuple[str, ...] = ()  # stale keys kept because their source had a failed read
+    record_changed: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.set_labels or self.remove_labels or self.record_changed)
+
+    def label_patch(self) -> dict[str, str | None]:
+        patch: dict[str, str | None] = dict(self.set_labels)
+        patch.update(dict.fromkeys(self.remove_labels))
+        return patch
+
+
+def plan(node: NodeMeta, desired: Mapping[str, str], keep: Callable[[str], bool] = lambda _: False) -> Plan:
+    """The patch that makes `node` carry `desired`, within the keys we own (pure)."""
+    record = node.annotations.get(OWNED_ANNOTATION)
+    previous = decode_owned(record or "")
+    owned: set[str] = set()
+    to_set: dict[str, str] = {}
+    foreign = []
+    for key, value in desired.items():
+        if key in node.labels and key not in previous:
+            foreign.append(key)
+            continue
+        owned.add(key)
+        if node.labels.get(key) != value:
+            to_set[key] = value
+    remove, kept = [], []
+    for key in sorted(previous - desired.keys()):
+        if key not in node.labels:
+            continue  # someone removed it already; just forget it
+        if keep(key):
+            kept.append(key)
+            owned.add(key)
+        else:
+            remove.append(key)
+    annotation = encode_owned(owned)
+    return Plan(
+        set_labels=dict(sorted(to_set.items())),
+        remove_labels=tuple(remove),
+        owned=tuple(sorted(owned)),
+        annotation=annotation,
+        foreign=tuple(sorted(foreign)),
+        kept=tuple(kept),
+        record_changed=annotation != record,
+    )
+
+
+def cleanup_plan(node: NodeMeta) -> Plan:
+    """Remove every label we own and the ownership record (pure)."""
+    record = node.annotations.get(OWNED_ANNOTATION)
+    remove = tuple(sorted(k for k in decode_owned(record or "") if k in node.labels))
+    return Plan({}, remove, (), None, record_changed=record is not None)
+
+
+class Publisher:
+    """Applies plans to one Node; re-reads and re-plans when the Node changed under us."""
+
+    def __init__(self, api: NodeApi, node_name: str) -> None:
+        self.api = api
+        self.node_name = node_name
+        self._reported_foreign: tuple[str, ...] = ()
+
+    def _apply(self, make_plan: Callable[[NodeMeta], Plan]) -> Plan:
+        for attempt in range(MAX_CONFLICT_RETRIES):
+            node = self.api.read(self.node_name)
+            p = make_plan(node)
+            if not p.changed:
+                return p
+            try:
+                self.api.patch(
+                    self.node_name,
+                    p.label_patch(),
+                    {OWNED_ANNOTATION: p.annotation} if p.record_changed else {},
+                    node.resource_version,
+                )
+                return p
+            except NodeApiError as e:
+                if not e.conflict or attempt == MAX_CONFLICT_RETRIES - 1:
+                    raise
+                log.info("node %s changed while patching; re-reading", self.node_name)
+        raise AssertionError("unreachable")
+
+    def publish(self, desired: Mapping[str, str], keep: Callable[[str], bool] = lambda _: False) -> Plan:
+        p = self._apply(lambda node: plan(node, desired, keep))
+        if p.foreign and p.foreign != self._reported_foreign:
+            log.warning(
+                "node %s: labels set by someone else left alone (not published): %s",
+                self.node_name,
+                ", ".join(p.foreign),
+            )
+        self._reported_foreign = p.foreign
+        if p.changed:
+            log.info(
+                "node %s: set %d label(s), removed %d: %s",
+                self.node_name,
+                len(p.set_labels),
+                len(p.remove_labels),
+                ", ".join([*p.set_labels, *(f"-{k}" for k in p.remove_labels)]),
+            )
+        return p
+
+    def cleanup(self) -> Plan:
+        return self._apply(cleanup_plan)
+
+
+@dataclass
+class Backoff:
+    """Seconds to wait after consecutive API failures: 1, 2, 4, ... capped at `cap`."""
+
+    cap: float
+    failures: int = 0
+
+    def next(self) -> float:
+        self.failures += 1
+        return float(min(self.cap, 2 ** (self.failures - 1)))
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+def wait(stop: threading.Event, seconds: float) -> bool:
+    """Sleep until `stop` or timeout; True when asked to stop."""
+    return stop.wait(seconds if seconds > 0 else None)

@@ -1,0 +1,34 @@
+"""Storage feature source: block devices, `storage-nonrotationaldisk` when any is non-rotational."""
+
+from __future__ import annotations
+
+from sro.host.reading import HostReader
+from sro.node.discovery.config import Config
+from sro.node.discovery.features import Attrs, Features, nfd_key
+
+NAME = "storage"
+
+
+class StorageSource:
+    name = NAME
+
+    def discover(self, reader: HostReader, config: Config) -> Features:
+        base = reader.host.sys / "block"
+        devices: list[Attrs] = []
+        for dev in reader.list_dir(base):
+            rotational = reader.read_value(base / dev / "queue/rotational")
+            if rotational is None:
+                continue
+            if rotational not in ("0", "1"):
+                reader.problem(base / dev / "queue/rotational", f"expected 0 or 1, got {rotational[:40]!r}")
+                continue
+            devices.append({"name": dev, "rotational": rotational})
+        return Features(instances={"block": tuple(devices)})
+
+    def labels(self, features: Features, config: Config) -> dict[str, str]:
+        if any(d["rotational"] == "0" for d in features.instances.get("block", ())):
+            return {nfd_key(NAME, "nonrotationaldisk"): "true"}
+        return {}
+
+
+SOURCE = StorageSource()

@@ -51,8 +51,9 @@ def cert_specs(node_name: str, node_ip: str, service_ip: str) -> tuple[CertSpec,
         ),
         CertSpec("apiserver-kubelet-client", "kube-apiserver-kubelet-client", groups=("system:masters",)),
         CertSpec("admin", "sro-admin", groups=("system:masters",)),
-        CertSpec("controller-manager", "system:kube-controller-manager"),
-        CertSpec("scheduler", "system:kube-scheduler"),
+        # client identity and the serving certificate of their /healthz, both from our CA
+        CertSpec("controller-manager", "system:kube-controller-manager", server=True, ips=("127.0.0.1",)),
+        CertSpec("scheduler", "system:kube-scheduler", server=True, ips=("127.0.0.1",)),
         CertSpec("kube-proxy", "system:kube-proxy", groups=("system:node-proxier",)),
         CertSpec("kubelet-client", f"system:node:{node_name}", groups=("system:nodes",)),
         CertSpec(

@@ -25,6 +25,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "A real single-node Kubernetes on this machine (up/down/status/env/image).",
     ),
     "discover": ("sro.node.discovery.command:discover_command", "Node features as NFD labels; --publish labels the Node."),
+    "cdi": ("sro.node.runtime.commands:cdi", "CDI specs for the recipes' devices (generate)."),
+    "hook": ("sro.node.runtime.commands:hook", "OCI hook injecting devices, libraries, binaries; install-hooksd."),
+    "runtime": ("sro.node.runtime.commands:runtime", "runc wrapper for a containerd runtime handler; write-launcher."),
     "demo": ("sro.demo:demo", "Bring up the local cluster, deploy sro on it and show what it found."),
 }
 

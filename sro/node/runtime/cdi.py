@@ -1,0 +1,89 @@
+"""CDI (Container Device Interface) specs for a recipe's devices, generated purely from an inventory.
+
+Why pure: a CDI spec is a contract read by containerd >= 1.7, CRI-O and podman; it must be the same
+bytes for the same driver, so it is generated from a `DriverInventory` alone and compared against
+golden files. Discovery (reading the host) happens before, in `driverfiles`.
+
+Shape (cdiVersion 0.6.0, as `nvidia-ctk cdi generate` writes it): one device per index ("0", "1",
+...) plus "all"; the common `containerEdits` carry the control nodes, read-only bind mounts of every
+library/binary/directory/firmware file found, `<VISIBLE_DEVICES>=void` (so that our legacy hook, if
+also installed, does not inject a second time) and a createContainer hook that rebuilds the
+linker cache — with an explicit env, like every hook entry we write.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from sro.api.recipes import Recipe
+from sro.node.runtime.activation import ALL, VOID, Request
+from sro.node.runtime.inventory import DeviceNode, DriverInventory, InjectionPlan, plan
+from sro.node.runtime.specedits import HookCommand
+
+CDI_VERSION = "0.6.0"
+
+
+class CDIError(ValueError):
+    """No spec can be generated; the message says what is missing."""
+
+
+def _node(d: DeviceNode) -> dict[str, Any]:
+    node: dict[str, Any] = {"path": d.path}
+    if d.host_path != d.path:
+        node["hostPath"] = d.host_path
+    node.update({"type": "c", "major": d.major, "minor": d.minor, "fileMode": d.file_mode})
+    return node
+
+
+def _common_edits(recipe: Recipe, common: InjectionPlan, ldcache: HookCommand | None) -> dict[str, Any]:
+    edits: dict[str, Any] = {"env": [f"{recipe.visible_devices_env}={VOID}"]}
+    if common.device_nodes:
+        edits["deviceNodes"] = [_node(d) for d in common.device_nodes]
+    if common.mounts:
+        edits["mounts"] = [
+            {
+                "hostPath": m.host_path,
+                "containerPath": m.container_path,
+                "options": ["ro", "nosuid", "nodev", "rbind" if m.kind == "dir" else "bind"],
+            }
+            for m in common.mounts
+        ]
+    if ldcache is not None and common.ld_folders:
+        folders = [a for f in common.ld_folders for a in ("--folder", f)]
+        entry = ldcache.entry("update-ldcache", folders)
+        edits["hooks"] = [{"hookName": "createContainer", **{k: entry[k] for k in ("path", "args", "env")}}]
+    return edits
+
+
+def generate(recipe: Recipe, inv: DriverInventory, ldcache: HookCommand | None) -> dict[str, Any]:
+    """The CDI spec (as a dict) for every device in `inv`, every capability group included."""
+    if not inv.devices:
+        raise CDIError(f"no {recipe.name} devices found (pattern {recipe.device_node}); a CDI spec needs one")
+    caps = tuple(sorted(set(recipe.libraries) | set(recipe.binaries) | set(recipe.directories)))
+    common = plan(Request(recipe, (), caps, "cdi"), inv)
+    devices = [{"name": d.device_id, "containerEdits": {"deviceNodes": [_node(d)]}} for d in inv.devices]
+    devices.append({"name": ALL, "containerEdits": {"deviceNodes": [_node(d) for d in inv.devices]}})
+    return {
+        "cdiVersion": CDI_VERSION,
+        "kind": recipe.cdi_kind,
+        "annotations": {"sro.dev/simulated": "true"} if recipe.simulated else {},
+        "devices": devices,
+        "containerEdits": _common_edits(recipe, common, ldcache),
+    }
+
+
+def spec_file_name(recipe: Recipe, fmt: str) -> str:
+    """CDI's naming convention: `<vendor>-<class>.<yaml|json>` under /etc/cdi or /var/run/cdi."""
+    return recipe.cdi_kind.replace("/", "-") + "." + fmt
+
+
+def dumps(spec: Mapping[str, Any], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(spec, indent=2) + "\n"
+    if fmt == "yaml":
+        import yaml  # only here: the hook's import graph stays free of it
+
+        return str(yaml.safe_dump(dict(spec), sort_keys=False, default_flow_style=False))
+    raise CDIError(f"unknown format {fmt!r} (yaml or json)")

@@ -1,0 +1,157 @@
+"""CLI glue: `sro cdi generate`, `sro hook ...` and `sro runtime ...` over the runtime modules.
+
+Thin on purpose: each command translates flags and calls a pure function (CDI generation, hooks.d
+document, launcher text) or hands its raw arguments to the hook / wrapper entry points, which are
+also runnable without click (`python -I -m sro.node.runtime.hook`) for the container start path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from sro.api.recipes import BUILTIN
+
+
+def _hook_options(recipe: tuple[str, ...], driver_root: str | None, dev_root: str | None) -> list[str]:
+    opts: list[str] = []
+    for r in recipe:
+        opts += ["--recipe", r]
+    if driver_root:
+        opts += ["--driver-root", driver_root]
+    if dev_root:
+        opts += ["--dev-root", dev_root]
+    return opts
+
+
+@click.group()
+def cdi() -> None:
+    """CDI (Container Device Interface) specs for the recipes' devices."""
+
+
+@cdi.command("generate")
+@click.option("--recipe", "recipe_name", default="simulated-gpu", type=click.Choice(sorted(BUILTIN)))
+@click.option("--driver-root", default=None, help="Where the driver's files are (default: the recipe's).")
+@click.option("--dev-root", default="/", show_default=True, help="Root under which /dev nodes are found.")
+@click.option(
+    "--format", "fmt", type=click.Choice(["yaml", "json"]), default=None, help="Default: from --output."
+)
+@click.option(
+    "--output", "-o", default="-", help="File, directory (gets <vendor>-<class>.<fmt>) or - for stdout."
+)
+@click.option(
+    "--no-ldcache-hook", is_flag=True, help="Leave out the createContainer hook that runs ldconfig."
+)
+def cdi_generate(
+    recipe_name: str,
+    driver_root: str | None,
+    dev_root: str,
+    fmt: str | None,
+    output: str,
+    no_ldcache_hook: bool,
+) -> None:
+    """Write a CDI spec with one device per index, `all`, the control nodes, mounts and hooks."""
+    from sro.node.runtime import cdi as cdimod
+    from sro.node.runtime import driverfiles
+    from sro.node.runtime.specedits import HookCommand
+
+    recipe = BUILTIN[recipe_name]
+    fmt = fmt or ("json" if output.endswith(".json") else "yaml")
+    inv = driverfiles.discover(recipe, driver_root, dev_root)
+    opts = _hook_options((recipe_name,), driver_root, None)
+    ldcache = None if no_ldcache_hook else HookCommand(sys.executable, tuple(opts))
+    try:
+        text = cdimod.dumps(cdimod.generate(recipe, inv, ldcache), fmt)
+    except cdimod.CDIError as e:
+        raise click.ClickException(str(e)) from None
+    if output == "-":
+        click.echo(text, nl=False)
+        return
+    path = os.path.join(output, cdimod.spec_file_name(recipe, fmt)) if os.path.isdir(output) else output
+    with open(path, "w") as f:
+        f.write(text)
+    click.echo(f"wrote {path}", err=True)
+
+
+_PASS = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
+
+
+@click.command(context_settings=_PASS)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def hook(args: tuple[str, ...]) -> None:
+    """OCI hook: `sro hook prestart|createContainer|update-ldcache [options]` (state JSON on stdin).
+
+    `sro hook install-hooksd --dir DIR [--recipe R] [--driver-root P] [--dev-root P]` writes a
+    podman/CRI-O hooks.d file. Containers should start the hook as `python -I -m
+    sro.node.runtime.hook` (what every entry sro writes does) to stay off click's import cost.
+    """
+    from sro.node.runtime import hook as hookmod
+
+    if not args or args[0] in ("-h", "--help"):
+        click.echo(hookmod.__doc__)
+        return
+    if args[0] == "install-hooksd":
+        sys.exit(
+            install_hooksd.main(list(args[1:]), prog_name="sro hook install-hooksd", standalone_mode=True)
+        )
+    sys.exit(hookmod.main(list(args)))
+
+
+@click.command("install-hooksd")
+@click.option("--dir", "directory", required=True, help="hooks.d directory (podman: --hooks-dir).")
+@click.option("--recipe", multiple=True, type=click.Choice(sorted(BUILTIN)))
+@click.option("--driver-root", default=None)
+@click.option("--dev-root", default=None)
+@click.option(
+    "--stage", type=click.Choice(["prestart", "createContainer"]), default="prestart", show_default=True
+)
+@click.option("--python", default=sys.executable, show_default=True, help="Absolute interpreter path.")
+def install_hooksd(
+    directory: str,
+    recipe: tuple[str, ...],
+    driver_root: str | None,
+    dev_root: str | None,
+    stage: str,
+    python: str,
+) -> None:
+    """Write <dir>/sro-hook.json (oci-hooks 1.0.0) that runs the hook with an explicit env."""
+    from sro.node.runtime.specedits import HookCommand, hooks_d
+
+    doc = hooks_d(HookCommand(python, tuple(_hook_options(recipe, driver_root, dev_root))), stage)
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, "sro-hook.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(doc, f, indent=2)
+    os.replace(path + ".tmp", path)
+    click.echo(f"wrote {path}", err=True)
+
+
+@click.command(context_settings=_PASS)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def runtime(args: tuple[str, ...]) -> None:
+    """runc wrapper: `sro runtime [--runc P] [--mode hook|cdi] [hook opts] -- RUNC-ARGS` (or RUNC-ARGS).
+
+    `sro runtime write-launcher PATH [--mode hook|cdi] [hook options]` writes the shell launcher a
+    containerd runtime handler names as BinaryName (only `create` starts Python).
+    """
+    from sro.node.runtime import launcher, wrapper
+
+    if args and args[0] in ("-h", "--help"):
+        click.echo(wrapper.__doc__)
+        return
+    if args and args[0] == "write-launcher":
+        if len(args) < 2:
+            raise click.UsageError("write-launcher needs a PATH")
+        rest = list(args[2:])
+        mode = "hook"
+        if "--mode" in rest:
+            i = rest.index("--mode")
+            mode = rest[i + 1] if i + 1 < len(rest) else ""
+            del rest[i : i + 2]
+        launcher.write(args[1], sys.executable, mode=mode, hook_options=rest)
+        click.echo(f"wrote {args[1]}", err=True)
+        return
+    wrapper.main(list(args) if "--" in args else ["--", *args])

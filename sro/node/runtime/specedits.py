@@ -1,0 +1,128 @@
+"""Pure edits of OCI runtime specs and hook entries: what the wrapper, hooks.d and CDI specs write.
+
+Why one module: every place that writes a hook entry must set its `env` explicitly and point `path`
+and `args[0]` at an absolute interpreter with `-I` — runc starts a createContainer hook whose `env`
+is unset with the *container's* environment (LD_PRELOAD from the image runs before any of our code,
+CVE-2025-23266), and Python guesses its venv from `args[0]`. Keeping the one function that builds
+entries here means the runc wrapper, the hooks.d file and the CDI spec cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sro.node.runtime.inventory import InjectionPlan
+
+HOOK_ENV = ("PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C")
+HOOK_MODULE = "sro.node.runtime.hook"
+HOOK_TIMEOUT_S = 30
+HOOKS_D_VERSION = "1.0.0"
+
+
+@dataclass(frozen=True)
+class HookCommand:
+    """How to start the hook: the interpreter, and the options every invocation carries."""
+
+    python: str  # absolute path of the venv's python (args[0] too, so Python finds its venv)
+    options: tuple[str, ...] = ()  # e.g. ("--recipe", "simulated-gpu", "--driver-root", "/x")
+
+    def __post_init__(self) -> None:
+        if not self.python.startswith("/"):
+            raise ValueError(f"hook interpreter must be an absolute path, got {self.python!r}")
+
+    def entry(self, stage: str, extra: Sequence[str] = ()) -> dict[str, Any]:
+        """An OCI hook entry with an explicit env (never the container's) and a timeout."""
+        return {
+            "path": self.python,
+            "args": [self.python, "-I", "-m", HOOK_MODULE, stage, *self.options, *extra],
+            "env": list(HOOK_ENV),
+            "timeout": HOOK_TIMEOUT_S,
+        }
+
+
+def hooks_d(cmd: HookCommand, stage: str = "prestart") -> dict[str, Any]:
+    """A podman/CRI-O hooks.d document (oci-hooks(5), version 1.0.0) running the hook always.
+
+    The hook itself decides from the env/annotations whether there is anything to do and returns at
+    once when there is not; hooks.d cannot match on env vars.
+    """
+    entry = cmd.entry(stage)
+    return {"version": HOOKS_D_VERSION, "hook": entry, "when": {"always": True}, "stages": [stage]}
+
+
+def _hooks_of(spec: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    hooks = spec.setdefault("hooks", {})
+    if not isinstance(hooks, dict):
+        raise ValueError("config.json: 'hooks' must be an object")
+    return hooks
+
+
+def add_hook(spec: Mapping[str, Any], stage: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of `spec` with `entry` appended to `hooks.<stage>` (once: an identical entry is not added)."""
+    out = copy.deepcopy(dict(spec))
+    stage_hooks = _hooks_of(out).setdefault(stage, [])
+    if not isinstance(stage_hooks, list):
+        raise ValueError(f"config.json: 'hooks.{stage}' must be a list")
+    if dict(entry) not in stage_hooks:
+        stage_hooks.append(dict(entry))
+    return out
+
+
+def device_entries(plan: InjectionPlan) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """`linux.devices` entries and `linux.resources.devices` allow rules for the plan's nodes."""
+    devices = [
+        {
+            "path": d.path,
+            "type": "c",
+            "major": d.major,
+            "minor": d.minor,
+            "fileMode": d.file_mode,
+            "uid": 0,
+            "gid": 0,
+        }
+        for d in plan.device_nodes
+    ]
+    rules = [
+        {"allow": True, "type": "c", "major": d.major, "minor": d.minor, "access": "rwm"}
+        for d in plan.device_nodes
+    ]
+    return devices, rules
+
+
+def mount_entries(plan: InjectionPlan) -> list[dict[str, Any]]:
+    """Read-only bind mounts (OCI `mounts` entries) for the plan's files and directories."""
+    return [
+        {
+            "destination": m.container_path,
+            "source": m.host_path,
+            "type": "bind",
+            "options": ["ro", "nosuid", "nodev", "rbind" if m.kind == "dir" else "bind"],
+        }
+        for m in plan.mounts
+    ]
+
+
+def apply_plan(spec: Mapping[str, Any], plan: InjectionPlan, ldcache: HookCommand | None) -> dict[str, Any]:
+    """A copy of `spec` with the plan written in as the runtime's own devices, mounts and a ldcache hook.
+
+    This is the CDI way (runc creates the nodes, the cgroup rules and the mounts itself, through its
+    own in-root path resolution); only the linker cache needs a hook, a createContainer one.
+    """
+    out = copy.deepcopy(dict(spec))
+    linux = out.setdefault("linux", {})
+    devices, rules = device_entries(plan)
+    have = {d.get("path") for d in linux.get("devices", []) or []}
+    linux["devices"] = list(linux.get("devices", []) or []) + [d for d in devices if d["path"] not in have]
+    resources = linux.setdefault("resources", {})
+    resources["devices"] = list(resources.get("devices", []) or []) + rules
+    mounted = {m.get("destination") for m in out.get("mounts", []) or []}
+    out["mounts"] = list(out.get("mounts", []) or []) + [
+        m for m in mount_entries(plan) if m["destination"] not in mounted
+    ]
+    if ldcache is not None and plan.ld_folders:
+        folders = [a for f in plan.ld_folders for a in ("--folder", f)]
+        out = add_hook(out, "createContainer", ldcache.entry("update-ldcache", folders))
+    return out

@@ -1,0 +1,133 @@
+"""A runc wrapper for a containerd runtime handler (the nvidia-container-runtime pattern).
+
+Why: containerd 1.6 and kubelet 1.20 know nothing of CDI, and a runtime handler is the one place
+where a node can change every container's OCI spec. On `create --bundle X` the wrapper reads
+X/config.json; if the container asks for devices (env var, annotation or CDI name of a recipe) it
+either adds the hook (mode `hook`, a prestart entry with an explicit env) or writes the devices,
+mounts and a ldcache hook straight into the spec (mode `cdi`), then execs runc with the same argv.
+Every other subcommand goes to runc untouched; the generated launcher (see `launcher`) does that in
+the shell, without starting Python at all.
+
+Usage: python -I -m sro.node.runtime.wrapper [--runc PATH] [--mode hook|cdi] [hook options...] -- RUNC-ARGS
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from sro.node.runtime import activation, driverfiles, hook, inventory, specedits
+
+RUNC = "/usr/sbin/runc"
+# runc's global flags that take a value (`runc --root X create ...`)
+_VALUE_FLAGS = frozenset({"--root", "--log", "--log-format", "--criu", "--rootless"})
+
+
+class WrapperError(Exception):
+    """The container asked for something the wrapper must refuse; runc is not started."""
+
+
+def find_create_bundle(runc_args: Sequence[str]) -> str | None:
+    """The bundle dir if `runc_args` is a `create` (or `run`) call, else None."""
+    i = 0
+    while i < len(runc_args):
+        arg = runc_args[i]
+        if arg.startswith("-"):
+            i += 2 if arg in _VALUE_FLAGS else 1
+            continue
+        if arg not in ("create", "run"):
+            return None
+        rest = runc_args[i + 1 :]
+        for j, a in enumerate(rest):
+            if a in ("--bundle", "-b") and j + 1 < len(rest):
+                return rest[j + 1]
+            if a.startswith("--bundle="):
+                return a.split("=", 1)[1]
+        return os.getcwd()
+    return None
+
+
+def edit_spec(
+    spec: dict[str, Any], args: hook.HookArgs, mode: str, cmd: specedits.HookCommand
+) -> dict[str, Any] | None:
+    """The edited spec, or None when the container asks for no devices (nothing to change)."""
+    process = spec.get("process") or {}
+    try:
+        requests = activation.requests_for(
+            args.recipes, process.get("env", []) or [], spec.get("annotations") or {}
+        )
+    except activation.ActivationError as e:
+        raise WrapperError(str(e)) from None
+    if not requests:
+        return None
+    if mode == "hook":
+        return specedits.add_hook(spec, "prestart", cmd.entry("prestart"))
+    inventories = {
+        r.recipe.name: driverfiles.discover(r.recipe, args.driver_roots.get(r.recipe.name), args.dev_root)
+        for r in requests
+    }
+    try:
+        plan = inventory.plan_all(requests, inventories)
+    except inventory.UnknownDeviceError as e:
+        raise WrapperError(str(e)) from None
+    return specedits.apply_plan(spec, plan, cmd if args.opts.ldconfig else None)
+
+
+def write_json_atomic(path: str, doc: dict[str, Any]) -> None:
+    tmp = f"{path}.sro-{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(doc, f)
+    os.replace(tmp, path)
+
+
+def parse(argv: Sequence[str]) -> tuple[str, str, list[str], list[str]]:
+    """(runc, mode, hook options, runc args) from `[--runc P] [--mode M] [hook opts] -- RUNC-ARGS`."""
+    if "--" not in argv:
+        raise WrapperError("usage: wrapper [--runc PATH] [--mode hook|cdi] [hook options] -- RUNC-ARGS")
+    split = list(argv).index("--")
+    own, runc_args = list(argv[:split]), list(argv[split + 1 :])
+    runc, mode, opts = RUNC, "hook", []
+    it = iter(own)
+    for a in it:
+        if a == "--runc":
+            runc = next(it, "")
+        elif a == "--mode":
+            mode = next(it, "")
+        else:
+            opts.append(a)
+    if mode not in ("hook", "cdi"):
+        raise WrapperError(f"--mode must be hook or cdi, got {mode!r}")
+    if not os.path.isabs(runc):
+        raise WrapperError(f"--runc must be an absolute path, got {runc!r}")
+    return runc, mode, opts, runc_args
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        runc, mode, opts, runc_args = parse(argv)
+        bundle = find_create_bundle(runc_args)
+        if bundle is not None:
+            args = hook.parse_args(["prestart", *opts])
+            cmd = specedits.HookCommand(sys.executable, tuple(opts))
+            path = os.path.join(bundle, "config.json")
+            try:
+                with open(path) as f:
+                    spec = json.load(f)
+            except (OSError, ValueError):
+                spec = None  # runc reports an unreadable bundle in its own words
+            if isinstance(spec, dict):
+                edited = edit_spec(spec, args, mode, cmd)
+                if edited is not None:
+                    write_json_atomic(path, edited)
+    except (WrapperError, hook.HookError) as e:
+        print(f"sro runtime: {e}", file=sys.stderr)
+        sys.exit(1)
+    os.execv(runc, [runc, *runc_args])
+
+
+if __name__ == "__main__":
+    main()

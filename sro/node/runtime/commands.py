@@ -35,7 +35,7 @@ def cdi() -> None:
 @cdi.command("generate")
 @click.option("--recipe", "recipe_name", default="simulated-gpu", type=click.Choice(sorted(BUILTIN)))
 @click.option("--driver-root", default=None, help="Where the driver's files are (default: the recipe's).")
-@click.option("--dev-root", default="/", show_default=True, help="Root under which /dev nodes are found.")
+@click.option("--dev-root", default="/dev", show_default=True, help="Host directory standing for /dev.")
 @click.option(
     "--format", "fmt", type=click.Choice(["yaml", "json"]), default=None, help="Default: from --output."
 )

@@ -4,7 +4,8 @@ Why its own module: this is the only place the runtime code reads the host's dri
 driver root and the dev root as parameters (the real `/` and the recipe's root on a node; temporary
 trees in tests), so nothing here ever reaches for a fixed host path by itself.
 
-Container paths are host paths with the driver root stripped (NVIDIA's toolkit does the same for a
+Device nodes: `dev_root` stands for the container's /dev (default /dev; the simulated driver's
+`--dev-root` means the same). Container paths of files are host paths with the driver root stripped (NVIDIA's toolkit does the same for a
 driver container's root): `<root>/lib/libsimgpu.so.1` is `/lib/libsimgpu.so.1` inside.
 Library matches that are symlinks to another match collapse into the real file; the soname links
 are made again inside the container by ldconfig.
@@ -14,12 +15,13 @@ from __future__ import annotations
 
 import fnmatch
 import glob
+import json
 import os
 import re
 import stat
 from collections.abc import Iterable
 
-from sro.api.recipes import Recipe
+from sro.api.recipes import SIMULATED_DEVICE_LIST, Recipe
 from sro.node.runtime.inventory import DeviceNode, DriverInventory, FileMount
 
 LIB_DIRS = (
@@ -37,6 +39,13 @@ BIN_DIRS = ("usr/bin", "bin", "usr/sbin", "sbin")
 
 def _under(root: str, path: str) -> str:
     return os.path.join(root, path.lstrip("/"))
+
+
+def dev_path(dev_root: str, node: str) -> str:
+    """Host path of container node `/dev/x`: `dev_root` stands for /dev (as in `sro driver simulate`)."""
+    if node != "/dev" and not node.startswith("/dev/"):
+        raise ValueError(f"device node {node!r} is not under /dev")
+    return dev_root.rstrip("/") + node[len("/dev") :]
 
 
 def container_path(driver_root: str, host_path: str) -> str:
@@ -76,7 +85,7 @@ def find_devices(recipe: Recipe, dev_root: str) -> tuple[DeviceNode, ...]:
     """Per-device nodes matching the recipe's pattern, in index order."""
     regex = _pattern_regex(recipe.device_node)
     container_dir = os.path.dirname(recipe.device_node)
-    host_dir = _under(dev_root, container_dir)
+    host_dir = dev_path(dev_root, container_dir)
     try:
         names = os.listdir(host_dir)
     except FileNotFoundError:
@@ -93,7 +102,7 @@ def find_devices(recipe: Recipe, dev_root: str) -> tuple[DeviceNode, ...]:
 
 
 def find_control_nodes(recipe: Recipe, dev_root: str) -> tuple[DeviceNode, ...]:
-    nodes = (_char_node(_under(dev_root, p), p) for p in recipe.control_nodes)
+    nodes = (_char_node(dev_path(dev_root, p), p) for p in recipe.control_nodes)
     return tuple(n for n in nodes if n is not None)
 
 
@@ -155,7 +164,23 @@ def find_firmware(driver_root: str, patterns: Iterable[str]) -> tuple[FileMount,
     return tuple(out)
 
 
-def discover(recipe: Recipe, driver_root: str | None = None, dev_root: str = "/") -> DriverInventory:
+def device_aliases(recipe: Recipe, driver_root: str) -> dict[str, str]:
+    """UUID -> index from the simulated driver's device list (`devices.json`), if it has one.
+
+    The device plugin hands out UUIDs; users and this hook name devices by index. Read as plain
+    JSON here (not through sro.devices) to keep the hook's import graph small.
+    """
+    if not recipe.simulated:
+        return {}
+    try:
+        with open(os.path.join(driver_root, SIMULATED_DEVICE_LIST), "rb") as f:
+            doc = json.loads(f.read(4 << 20))
+        return {str(d["uuid"]): str(int(d["index"])) for d in doc["devices"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def discover(recipe: Recipe, driver_root: str | None = None, dev_root: str = "/dev") -> DriverInventory:
     """Everything the recipe's driver offers on this host (empty groups where files are missing)."""
     root = driver_root if driver_root is not None else recipe.driver_root
     seen_libs: set[str] = set()
@@ -168,4 +193,5 @@ def discover(recipe: Recipe, driver_root: str | None = None, dev_root: str = "/"
         binaries={cap: find_binaries(root, names, seen_bins) for cap, names in recipe.binaries.items()},
         directories={cap: find_directories(root, dirs) for cap, dirs in recipe.directories.items()},
         firmware=find_firmware(root, recipe.firmware),
+        aliases=device_aliases(recipe, root),
     )

@@ -14,7 +14,7 @@ Why it is written this way:
 
 Exit status 0 on success or nothing to do, 1 with `sro hook: <why>` on stderr otherwise (runc shows
 that text in its error). Options: --recipe NAME (repeatable; default: every built-in), --driver-root
-[NAME=]PATH, --dev-root PATH, --ldconfig PATH|none, --resolver auto|openat2|walk,
+[NAME=]PATH, --dev-root PATH (stands for /dev), --ldconfig PATH|none, --resolver auto|openat2|walk,
 --policy beneath|in-root, --mount-api new|old.
 """
 
@@ -45,7 +45,7 @@ class HookArgs:
     stage: str
     recipes: tuple[Recipe, ...]
     driver_roots: Mapping[str, str] = field(default_factory=dict)  # recipe name -> driver root
-    dev_root: str = "/"
+    dev_root: str = "/dev"
     opts: inject.Options = field(default_factory=inject.Options)
     folders: tuple[str, ...] = ()  # update-ldcache only
 
@@ -60,7 +60,7 @@ def parse_args(argv: Sequence[str]) -> HookArgs:
     names: list[str] = []
     roots: dict[str, str] = {}
     common_root: str | None = None
-    dev_root = "/"
+    dev_root = "/dev"
     folders: list[str] = []
     opt: dict[str, Any] = {}
     it = iter(argv[1:])

@@ -1,0 +1,216 @@
+"""Real runc/podman fixtures: a busybox rootfs, a simulated driver tree, bundles, host snapshots.
+
+The driver root and dev root are temp dirs: the simulated driver (`sro.devices.simulated_driver`)
+writes its real device nodes (a char major no kernel driver owns) and ELF libraries there; if that
+module is missing, the same is built here with gcc and mknod. No test touches the real
+/var/lib/sro or /dev. The rootfs gets busybox (`--install -s`) plus a copy of the host's static
+`ldconfig`, so the container can run `ldconfig -p` itself — the hook never runs that copy (it runs the
+host's, chrooted into the rootfs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+PYTHON = str(Path(sys.prefix) / "bin" / "python")  # the venv's interpreter, found by prefix
+RUNC = "/usr/sbin/runc"
+HOST_LDCONFIG = "/sbin/ldconfig"
+FALLBACK_MAJOR = 242  # local/experimental range, not in /proc/devices here
+
+
+@dataclass(frozen=True)
+class Driver:
+    driver_root: Path
+    dev_root: Path
+    major: int
+
+    def hook_options(self) -> list[str]:
+        return [
+            "--recipe",
+            "simulated-gpu",
+            "--driver-root",
+            str(self.driver_root),
+            "--dev-root",
+            str(self.dev_root),
+        ]
+
+
+def _own_driver(driver_root: Path, dev_root: Path) -> Driver:
+    (driver_root / "lib").mkdir(parents=True)
+    (driver_root / "bin").mkdir(parents=True)
+    src = driver_root / "s.c"
+    src.write_text("int simgpu_version(void) { return 1; }\n")
+    for soname in ("libsimgpu.so.1", "libsimgpu-ml.so.1"):
+        subprocess.run(
+            [
+                "gcc",
+                "-shared",
+                "-fPIC",
+                f"-Wl,-soname,{soname}",
+                "-o",
+                str(driver_root / "lib" / soname),
+                str(src),
+            ],
+            check=True,
+        )
+    src.unlink()
+    smi = driver_root / "bin" / "simgpu-smi"
+    smi.write_text("#!/bin/sh\necho simgpu-smi ok\n")
+    smi.chmod(0o755)
+    dev_root.mkdir(parents=True)
+    for name, minor in (("sro-simgpu0", 0), ("sro-simgpu1", 1), ("sro-simgpuctl", 255)):
+        os.mknod(dev_root / name, 0o666 | 0o020000, os.makedev(FALLBACK_MAJOR, minor))
+        os.chmod(dev_root / name, 0o666)
+    return Driver(driver_root, dev_root, FALLBACK_MAJOR)
+
+
+@pytest.fixture(scope="session")
+def driver(tmp_path_factory: pytest.TempPathFactory) -> Driver:
+    base = tmp_path_factory.mktemp("simdriver")
+    driver_root, dev_root = base / "driver", base / "dev"
+    try:
+        from sro.devices import simconfig, simulated_driver
+
+        inv = simconfig.parse({"count": 2})
+        with open("/proc/devices") as f:
+            installed = simulated_driver.install(inv, driver_root, dev_root, f.read())
+        return Driver(driver_root, dev_root, installed.major)
+    except (ImportError, TypeError, AttributeError):
+        shutil.rmtree(base)
+        base.mkdir()
+        return _own_driver(driver_root, dev_root)
+
+
+def make_rootfs(path: Path) -> Path:
+    for d in ("bin", "sbin", "etc", "dev", "proc", "sys", "tmp", "lib"):
+        (path / d).mkdir(parents=True, exist_ok=True)
+    shutil.copy2("/bin/busybox", path / "bin" / "busybox")
+    subprocess.run(["chroot", str(path), "/bin/busybox", "--install", "-s", "/bin"], check=True)
+    shutil.copy2(HOST_LDCONFIG, path / "sbin" / "ldconfig")  # static: runs inside for `ldconfig -p`
+    return path
+
+
+@pytest.fixture(scope="session")
+def base_spec(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    d = tmp_path_factory.mktemp("spec")
+    subprocess.run([RUNC, "spec"], cwd=d, check=True)
+    spec: dict[str, Any] = json.loads((d / "config.json").read_text())
+    spec["process"]["terminal"] = False
+    spec["root"] = {"path": "rootfs", "readonly": False}
+    return spec
+
+
+@dataclass
+class Bundle:
+    path: Path
+    spec: dict[str, Any]
+    state_root: Path
+
+    @property
+    def rootfs(self) -> Path:
+        return self.path / "rootfs"
+
+    def write(self) -> None:
+        (self.path / "config.json").write_text(json.dumps(self.spec, indent=1))
+
+    def run(
+        self, *args: str, env: list[str] | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        """`runc run` of `sh -c ARGS` (or the spec's args when none are given)."""
+        if args:
+            self.spec["process"]["args"] = ["sh", "-c", " ".join(args)]
+        if env is not None:
+            self.spec["process"]["env"] = ["PATH=/usr/bin:/bin:/usr/sbin:/sbin", *env]
+        self.write()
+        cid = f"sro-test-{uuid.uuid4().hex[:10]}"
+        try:
+            return subprocess.run(
+                [RUNC, "--root", str(self.state_root), "run", "--bundle", str(self.path), cid],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                stdin=subprocess.DEVNULL,
+            )
+        finally:
+            subprocess.run([RUNC, "--root", str(self.state_root), "delete", "-f", cid], capture_output=True)
+
+    def add_hook(self, stage: str, entry: dict[str, Any]) -> None:
+        self.spec.setdefault("hooks", {}).setdefault(stage, []).append(entry)
+
+
+@pytest.fixture
+def bundle(tmp_path: Path, base_spec: dict[str, Any]) -> Bundle:
+    path = tmp_path / "bundle"
+    make_rootfs(path / "rootfs")
+    return Bundle(path, json.loads(json.dumps(base_spec)), tmp_path / "runc-state")
+
+
+def hook_entry(driver: Driver, stage: str = "prestart", extra: list[str] | None = None) -> dict[str, Any]:
+    from sro.node.runtime.specedits import HookCommand
+
+    return HookCommand(PYTHON, tuple(driver.hook_options())).entry(stage, extra or [])
+
+
+def mount_points() -> set[str]:
+    with open("/proc/self/mountinfo") as f:
+        return {line.split()[4] for line in f}
+
+
+def tree(path: Path) -> dict[str, tuple[int, int, int]]:
+    """Every entry under `path` (not following links) with (mode, size, mtime_ns)."""
+    out: dict[str, tuple[int, int, int]] = {}
+    if not path.exists() and not path.is_symlink():
+        return out
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            p = os.path.join(root, name)
+            st = os.lstat(p)
+            out[os.path.relpath(p, path)] = (st.st_mode, st.st_size, st.st_mtime_ns)
+    return out
+
+
+@dataclass
+class HostWatch:
+    """What an escape would change: a stand-in host dir, some real host names, the mount table."""
+
+    outside: Path
+    names: tuple[str, ...] = ("/libsimgpu.so.1", "/simgpu-smi", "/sro-simgpu0", "/ld.so.cache", "/x.marker")
+
+    def snapshot(self) -> tuple[object, ...]:
+        ours = {m for m in mount_points() if str(self.outside.parent) in m}
+        return (tree(self.outside), {n: os.path.lexists(n) for n in self.names}, ours)
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Iterator[HostWatch]:
+    outside = tmp_path / "host"
+    outside.mkdir()
+    (outside / "etc").mkdir()
+    (outside / "etc" / "passwd").write_text("root:x:0:0::/root:/bin/sh\n")
+    yield HostWatch(outside)
+
+
+def leftover_processes(marker: str) -> list[str]:
+    """Command lines of live processes mentioning `marker` (hooks must not leave children)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmd:
+            out.append(f"{pid}: {cmd}")
+    return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import click
@@ -19,7 +19,7 @@ console = Console(stderr=True)
 
 
 @contextmanager
-def steps(title: str) -> Iterator[object]:
+def steps(title: str) -> Iterator[Callable[[str], None]]:
     """Progress for long steps: each step printed with the time since start, a spinner on the current one."""
     t0 = time.monotonic()
     with console.status(title) as status:
@@ -50,7 +50,7 @@ def local() -> None:
 def up() -> None:
     """Start the cluster (idempotent: a running healthy cluster is left as it is)."""
     with steps("Bringing the local cluster up") as progress:
-        LocalCluster.default().ensure_up(progress)  # type: ignore[arg-type]
+        LocalCluster.default().ensure_up(progress)
     click.echo('Ready. Use it with: eval "$(sro local env)"; kubectl get nodes')
 
 
@@ -64,7 +64,7 @@ def down(purge: bool) -> None:
     The Kubernetes build cache is kept either way; remove /var/cache/sro to drop it.
     """
     with steps("Taking the local cluster down") as progress:
-        LocalCluster.default().down(purge=purge, progress=progress)  # type: ignore[arg-type]
+        LocalCluster.default().down(purge=purge, progress=progress)
 
 
 @local.command()
@@ -102,5 +102,5 @@ def image() -> None:
         cluster = LocalCluster.default()
         if not cluster.layout.containerd_socket.exists():
             raise ClusterError("containerd of the local cluster is not running: run `sro local up` first")
-        name = ensure_sro_image(cluster, progress)  # type: ignore[arg-type]
+        name = ensure_sro_image(cluster, progress)
     click.echo(name)

@@ -166,7 +166,7 @@ def _base_layer(layout: Layout, progress: Progress) -> Path:
             f"{IMAGE_PYTHON} -m venv /opt/sro && /opt/sro/bin/pip install -q --no-index --find-links /tmp/wheels "
             f"{' '.join(repr(d) for d in deps)} && rm -rf /tmp/wheels /root/.cache"
         )
-        partial = base.with_suffix(".partial")
+        partial = base.with_name(base.stem + ".partial.tar")  # mmdebstrap picks its format by suffix
         _run(
             [
                 "mmdebstrap",

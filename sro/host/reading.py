@@ -97,10 +97,14 @@ class HostReader:
         return None if text is None else text.strip()
 
     def list_dir(self, path: Path, *, required: bool = False) -> list[str]:
-        """Sorted entry names, [] when missing (a problem only when `required`) or unreadable."""
+        """Sorted entry names, [] when missing (a problem only when `required`) or unreadable.
+
+        Names starting with "." are skipped: sysfs and procfs have none, NFD ignores hidden
+        feature files, and fake trees keep empty directories in git with a `.keep` file.
+        """
         try:
             with os.scandir(path) as it:
-                entries = sorted((e.name, _is_dir(e)) for e in it)
+                entries = sorted((e.name, _is_dir(e)) for e in it if not e.name.startswith("."))
         except FileNotFoundError:
             if required:
                 self.problem(path, "missing directory")

@@ -186,7 +186,7 @@ def run(args: HookArgs, stdin: IO[bytes]) -> None:
     rootfs = rootfs_of(bundle, config)
     if args.stage == "update-ldcache":
         if args.opts.ldconfig:
-            inject.check_host_ldconfig(args.opts.ldconfig)
+            inject.check_host_ldconfig(args.opts.ldconfig, rootfs)
             with safepath.Root(rootfs, policy=args.opts.policy, use_openat2=args.opts.use_openat2) as root:
                 inject.update_ldcache(root, args.folders, args.opts.ldconfig)
         return
@@ -194,7 +194,7 @@ def run(args: HookArgs, stdin: IO[bytes]) -> None:
     if plan.empty:
         return
     if args.opts.ldconfig and plan.ld_folders:
-        inject.check_host_ldconfig(args.opts.ldconfig)
+        inject.check_host_ldconfig(args.opts.ldconfig, rootfs)
     if args.stage == "prestart":
         pid = state.get("pid", 0)
         if not pid:

@@ -35,10 +35,16 @@ class Options:
     ldconfig: str | None = "/sbin/ldconfig"  # the host's; None skips the linker cache
 
 
-def check_host_ldconfig(path: str) -> str:
-    """Refuse any ldconfig but a root-owned, not group/world-writable regular file of the host."""
+def check_host_ldconfig(path: str, rootfs: str) -> str:
+    """Refuse any ldconfig but a root-owned, not group/world-writable regular file of the host.
+
+    One inside the container's rootfs is refused too (CVE-2024-0136: ldconfig taken from the image).
+    """
     if not os.path.isabs(path):
         raise InjectError(f"ldconfig {path!r}: must be an absolute host path")
+    real, root = os.path.realpath(path), os.path.realpath(rootfs)
+    if real == root or real.startswith(root.rstrip("/") + "/"):
+        raise InjectError(f"ldconfig {path}: lies inside the container's rootfs; only the host's is run")
     try:
         st = os.stat(path)
     except OSError as e:

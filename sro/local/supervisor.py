@@ -56,24 +56,29 @@ def stale_pidfile(layout: Layout, name: str) -> bool:
 
 
 def start(layout: Layout, comp: Component) -> Running:
+    """Start the daemon detached: in its own session, re-parented to init, output appended to its log.
+
+    A short-lived `sh` backgrounds it and prints its pid, so the daemon is never our child: it
+    cannot become our zombie, and it keeps running after `sro local up` exits.
+    """
     layout.logs.mkdir(parents=True, exist_ok=True)
     layout.run.mkdir(parents=True, exist_ok=True)
-    log = layout.log(comp.name).open("ab")
-    log.write(f"\n==== {time.strftime('%Y-%m-%dT%H:%M:%S')} starting {' '.join(comp.argv)}\n".encode())
-    log.flush()
-    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root"}
-    proc = subprocess.Popen(
-        comp.argv,
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
+    log = layout.log(comp.name)
+    with log.open("a") as f:
+        f.write(f"\n==== {time.strftime('%Y-%m-%dT%H:%M:%S')} starting {' '.join(comp.argv)}\n")
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LOG": str(log)}
+    out = subprocess.run(
+        ["/bin/sh", "-c", 'exec 3>&1; "$@" </dev/null >>"$LOG" 2>&1 3>&- & echo $!', "sh", *comp.argv],
         env=env,
+        capture_output=True,
+        text=True,
         start_new_session=True,
+        check=True,
     )
-    log.close()
-    started = _start_time(proc.pid) or 0
-    layout.pidfile(comp.name).write_text(f"{proc.pid} {started}\n")
-    return Running(proc.pid, started)
+    pid = int(out.stdout.strip())
+    started = _start_time(pid) or 0
+    layout.pidfile(comp.name).write_text(f"{pid} {started}\n")
+    return Running(pid, started)
 
 
 def stop(layout: Layout, name: str, timeout: float = 15.0) -> bool:
@@ -85,23 +90,15 @@ def stop(layout: Layout, name: str, timeout: float = 15.0) -> bool:
             os.kill(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while _start_time(proc.pid) == proc.started and time.monotonic() < deadline:
-            _reap(proc.pid)
             time.sleep(0.1)
         if _start_time(proc.pid) == proc.started:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGKILL)
             while _start_time(proc.pid) == proc.started:
-                _reap(proc.pid)
                 time.sleep(0.05)
         stopped = True
     layout.pidfile(name).unlink(missing_ok=True)
     return stopped
-
-
-def _reap(pid: int) -> None:
-    """Collect the exit status when the daemon is our own child (started in this process)."""
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)
 
 
 def tls_context(layout: Layout) -> ssl.SSLContext:

@@ -1,0 +1,171 @@
+"""The foundation against the real local cluster: node Ready, the sro image as a DaemonSet with
+readable logs, kubectl exec, an in-cluster client with a service account, and RBAC refusing the rest."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from sro.local.cluster import LocalCluster
+from sro.local.layout import BUSYBOX_IMAGE
+from sro.manifests import render_text
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def namespace(cluster: LocalCluster) -> Iterator[str]:
+    name = f"sro-e2e-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", name)
+    try:
+        yield name
+    finally:
+        cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def _wait_pod_phase(cluster: LocalCluster, ns: str, pod: str, phases: set[str], timeout: float = 120) -> str:
+    deadline = time.monotonic() + timeout
+    phase = ""
+    while time.monotonic() < deadline:
+        phase = cluster.kubectl(
+            "-n", ns, "get", "pod", pod, "-o", "jsonpath={.status.phase}", check=False
+        ).stdout
+        if phase in phases:
+            return phase
+        time.sleep(0.5)
+    describe = cluster.kubectl("-n", ns, "describe", "pod", pod, check=False).stdout
+    raise AssertionError(f"pod {pod} stayed {phase!r}, wanted {phases}:\n{describe}")
+
+
+def test_node_is_ready_with_the_runtime_and_version_we_built(cluster: LocalCluster) -> None:
+    node = json.loads(cluster.kubectl("get", "node", cluster.node_name, "-o", "json").stdout)
+    ready = {c["type"]: c["status"] for c in node["status"]["conditions"]}["Ready"]
+    assert ready == "True"
+    info = node["status"]["nodeInfo"]
+    assert info["kubeletVersion"].startswith("v1.20.")
+    assert info["containerRuntimeVersion"].startswith("containerd://")
+
+
+def test_daemonset_of_the_sro_image_runs_and_its_logs_are_readable(
+    cluster: LocalCluster, sro_image: str, namespace: str
+) -> None:
+    manifests = render_text("node-report", namespace=namespace, image=sro_image, pull_policy="Never")
+    # the template's Namespace object is the test's own namespace: applying it again is a no-op
+    cluster.kubectl("apply", "-f", "-", input=manifests)
+    cluster.kubectl(
+        "-n", namespace, "rollout", "status", "daemonset/sro-node-report", "--timeout=120s", timeout=130
+    )
+    pod = cluster.kubectl(
+        "-n",
+        namespace,
+        "get",
+        "pods",
+        "-l",
+        "app.kubernetes.io/name=sro-node-report",
+        "-o",
+        "jsonpath={.items[0].metadata.name}",
+    ).stdout
+    deadline = time.monotonic() + 60
+    log = ""
+    while time.monotonic() < deadline and not log.strip().endswith("}"):
+        log = cluster.kubectl("-n", namespace, "logs", pod, check=False).stdout
+        time.sleep(0.5)
+    labels = json.loads(log)
+    assert labels["feature.node.kubernetes.io/system-os_release.ID"] == "debian"
+    assert "feature.node.kubernetes.io/kernel-version.full" in labels
+    # and exec into the same pod works
+    out = cluster.kubectl("-n", namespace, "exec", pod, "--", "sro", "--version").stdout
+    assert "sro" in out
+
+
+def test_in_cluster_client_lists_nodes_and_rbac_refuses_the_rest(
+    cluster: LocalCluster, sro_image: str, namespace: str
+) -> None:
+    sa = "node-reader"
+    rbac = f"""
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: {sa}, namespace: {namespace}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {{name: {namespace}-node-reader}}
+rules:
+  - apiGroups: [""]
+    resources: [nodes]
+    verbs: [list]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: {namespace}-node-reader}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {namespace}-node-reader}}
+subjects: [{{kind: ServiceAccount, name: {sa}, namespace: {namespace}}}]
+"""
+    script = (
+        "import json\n"
+        "from lightkube.core.exceptions import ApiError\n"
+        "from lightkube.resources.core_v1 import Node, Secret\n"
+        "from sro.kube.client import sync_client\n"
+        "c = sync_client()\n"
+        "result = {'nodes': [n.metadata.name for n in c.list(Node)]}\n"
+        "try:\n"
+        "    list(c.list(Secret, namespace='kube-system'))\n"
+        "    result['secrets'] = 'allowed'\n"
+        "except ApiError as e:\n"
+        "    result['secrets'] = e.status.code\n"
+        "print(json.dumps(result))\n"
+    )
+    pod = f"""
+apiVersion: v1
+kind: Pod
+metadata: {{name: lister, namespace: {namespace}}}
+spec:
+  serviceAccountName: {sa}
+  restartPolicy: Never
+  containers:
+    - name: lister
+      image: {sro_image}
+      imagePullPolicy: Never
+      command: ["python3", "-c", {json.dumps(script)}]
+"""
+    try:
+        cluster.kubectl("apply", "-f", "-", input=rbac)
+        cluster.kubectl("apply", "-f", "-", input=pod)
+        phase = _wait_pod_phase(cluster, namespace, "lister", {"Succeeded", "Failed"})
+        log = cluster.kubectl("-n", namespace, "logs", "lister").stdout
+        assert phase == "Succeeded", log
+        result = json.loads(log.strip().splitlines()[-1])
+        assert result["nodes"] == [cluster.node_name]
+        assert result["secrets"] == 403, "RBAC must refuse what the service account was not granted"
+    finally:
+        cluster.kubectl(
+            "delete",
+            "clusterrole,clusterrolebinding",
+            f"{namespace}-node-reader",
+            "--ignore-not-found",
+            check=False,
+        )
+
+
+def test_busybox_pod_gets_pod_networking(cluster: LocalCluster, namespace: str) -> None:
+    pod = f"""
+apiVersion: v1
+kind: Pod
+metadata: {{name: net, namespace: {namespace}}}
+spec:
+  restartPolicy: Never
+  containers:
+    - name: net
+      image: {BUSYBOX_IMAGE}
+      imagePullPolicy: Never
+      command: ["sh", "-c", "ip -4 addr show eth0; echo | nc -w 5 $KUBERNETES_SERVICE_HOST 443 && echo service-reachable"]
+"""
+    cluster.kubectl("apply", "-f", "-", input=pod)
+    assert _wait_pod_phase(cluster, namespace, "net", {"Succeeded", "Failed"}) == "Succeeded"
+    log = cluster.kubectl("-n", namespace, "logs", "net").stdout
+    assert "inet 10.244.0." in log
+    assert "service-reachable" in log

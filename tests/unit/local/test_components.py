@@ -1,0 +1,82 @@
+"""The local cluster's daemons as data: flags the issue requires, consistent ports and paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from sro.local.components import ADMISSION_PLUGINS, NodeFacts, cni_conflist, components, containerd_config
+from sro.local.layout import PAUSE_IMAGE, RUNTIME_HANDLER, Layout
+
+NODE = NodeFacts("node-a", "10.1.2.3")
+
+
+def _by_name(tmp_path: Path) -> dict[str, object]:
+    layout = Layout(state=tmp_path / "state")
+    return {c.name: c for c in components(layout, NODE, Path("/bin-dir"), tmp_path / "launcher")}
+
+
+def _flag(argv: tuple[str, ...], name: str) -> str:
+    values = [a.split("=", 1)[1] for a in argv if a.startswith(f"--{name}=")]
+    assert len(values) == 1, f"--{name} given {len(values)} times"
+    return values[0]
+
+
+def test_start_order_puts_dependencies_first(tmp_path: Path) -> None:
+    names = list(_by_name(tmp_path))
+    assert names.index("etcd") < names.index("kube-apiserver")
+    assert names.index("containerd") < names.index("kubelet")
+    assert names.index("kube-apiserver") < min(
+        names.index(n) for n in ("kube-scheduler", "kubelet", "kube-proxy")
+    )
+
+
+def test_apiserver_has_tls_rbac_and_the_admission_plugins(tmp_path: Path) -> None:
+    api = _by_name(tmp_path)["kube-apiserver"]
+    argv = api.argv  # type: ignore[attr-defined]
+    plugins = _flag(argv, "enable-admission-plugins").split(",")
+    for required in ("ExtendedResourceToleration", "ResourceQuota", "Priority", "NodeRestriction"):
+        assert required in plugins
+    assert tuple(plugins) == ADMISSION_PLUGINS
+    assert _flag(argv, "insecure-port") == "0"
+    assert _flag(argv, "authorization-mode") == "Node,RBAC"
+    assert _flag(argv, "advertise-address") == NODE.ip  # in-cluster clients need a non-loopback endpoint
+    assert _flag(argv, "tls-cert-file").endswith("apiserver.crt")
+
+
+def test_ports_are_distinct_and_health_urls_use_them(tmp_path: Path) -> None:
+    comps = _by_name(tmp_path).values()
+    ports = [p for c in comps for p in c.ports]  # type: ignore[attr-defined]
+    assert len(ports) == len(set(ports))
+    for c in comps:
+        if c.health.url:  # type: ignore[attr-defined]
+            port = int(c.health.url.split(":")[2].split("/")[0])  # type: ignore[attr-defined]
+            assert port in c.ports, c.name  # type: ignore[attr-defined]
+
+
+def test_kubelet_config_is_valid_yaml_with_cgroupfs_and_no_anonymous_auth(tmp_path: Path) -> None:
+    kubelet = _by_name(tmp_path)["kubelet"]
+    cfg_path = next(p for p in kubelet.files if p.name == "kubelet.yaml")  # type: ignore[attr-defined]
+    cfg = yaml.safe_load(kubelet.files[cfg_path])  # type: ignore[attr-defined]
+    assert cfg["cgroupDriver"] == "cgroupfs"
+    assert cfg["authentication"]["anonymous"]["enabled"] is False
+    assert cfg["authorization"]["mode"] == "Webhook"
+    assert cfg["imageGCHighThresholdPercent"] == 100  # locally imported images must never be collected
+
+
+def test_containerd_config_names_pause_image_and_sro_runtime_handler(tmp_path: Path) -> None:
+    text = containerd_config(Layout(state=tmp_path), tmp_path / "sro-runtime")
+    assert f'sandbox_image = "{PAUSE_IMAGE}"' in text
+    assert "restrict_oom_score_adj = true" in text
+    assert f"containerd.runtimes.{RUNTIME_HANDLER}]" in text
+    assert f'BinaryName = "{tmp_path / "sro-runtime"}"' in text
+
+
+def test_cni_conflist_uses_own_bridge_and_pod_cidr() -> None:
+    import json
+
+    doc = json.loads(cni_conflist())
+    bridge = doc["plugins"][0]
+    assert bridge["type"] == "bridge" and bridge["bridge"] == "sro0"
+    assert bridge["ipam"]["ranges"][0][0]["subnet"] == "10.244.0.0/24"

@@ -1,0 +1,48 @@
+"""Process supervision by pid file: start, detect staleness (crash, recycled pid), stop."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from sro.local import supervisor
+from sro.local.components import Component, Health
+from sro.local.layout import Layout
+
+
+def test_start_stop_and_stale_pidfile(tmp_path: Path) -> None:
+    layout = Layout(state=tmp_path)
+    comp = Component("sleeper", ("/bin/sleep", "300"), Health())
+    proc = supervisor.start(layout, comp)
+    assert supervisor.running(layout, "sleeper") == proc
+    assert supervisor.stop(layout, "sleeper", timeout=5)
+    assert supervisor.running(layout, "sleeper") is None
+    assert not layout.pidfile("sleeper").exists()
+
+    proc = supervisor.start(layout, comp)
+    os.kill(proc.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while supervisor.running(layout, "sleeper") is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert supervisor.stale_pidfile(layout, "sleeper"), "a crashed daemon's pid file must read as stale"
+
+
+def test_a_recycled_pid_is_not_mistaken_for_our_daemon(tmp_path: Path) -> None:
+    layout = Layout(state=tmp_path)
+    layout.run.mkdir(parents=True)
+    # our own pid, but a start time that is not ours: as if the daemon died and the pid was reused
+    layout.pidfile("x").write_text(f"{os.getpid()} 1\n")
+    assert supervisor.running(layout, "x") is None
+    assert not supervisor.stop(layout, "x")
+
+
+def test_port_owner_names_a_listener() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        owner = supervisor.port_owner(s.getsockname()[1])
+    assert owner is not None and f"pid {os.getpid()}" in owner

@@ -15,7 +15,6 @@ import pytest
 from sro.local.cluster import LocalCluster
 from sro.local.images import ensure_sro_image
 
-
 _T0 = time.monotonic()
 
 

@@ -276,15 +276,15 @@ class LocalCluster:
             link.symlink_to(binary)
 
     def _write_runtime_launcher(self) -> None:
-        """containerd's runtime handler `sro` execs this; it runs `sro runtime` from this installation.
-
-        The environment is set explicitly: the wrapper must not inherit anything it did not ask for.
-        """
-        self.runtime_launcher.write_text(
-            "#!/bin/sh\n"
-            f'exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin {sys.executable} -I -m sro runtime "$@"\n'
+        """containerd's runtime handler `sro` execs this launcher; `sro runtime` writes it (runc for
+        everything but `create`, which goes through the wrapper with an explicit environment)."""
+        out = subprocess.run(
+            [sys.executable, "-m", "sro", "runtime", "write-launcher", str(self.runtime_launcher)],
+            capture_output=True,
+            text=True,
         )
-        self.runtime_launcher.chmod(0o755)
+        if out.returncode != 0:
+            raise ClusterError(f"could not write the runtime launcher: {out.stderr.strip()}")
 
     def _apply_cluster_objects(self) -> None:
         runtime_class = (

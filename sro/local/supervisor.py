@@ -66,7 +66,11 @@ def start(layout: Layout, comp: Component) -> Running:
     log = layout.log(comp.name)
     with log.open("a") as f:
         f.write(f"\n==== {time.strftime('%Y-%m-%dT%H:%M:%S')} starting {' '.join(comp.argv)}\n")
-    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LOG": str(log)}
+    env = {
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME": "/root",
+        "LOG": str(log),
+    }
     out = subprocess.run(
         ["/bin/sh", "-c", 'exec 3>&1; "$@" </dev/null >>"$LOG" 2>&1 3>&- & echo $!', "sh", *comp.argv],
         env=env,

@@ -23,6 +23,7 @@ from sro.node.runtime.inventory import DeviceNode, DriverInventory, InjectionPla
 from sro.node.runtime.specedits import HookCommand
 
 CDI_VERSION = "0.6.0"
+VERSIONS = ("0.5.0", "0.6.0")
 
 
 class CDIError(ValueError):
@@ -57,21 +58,29 @@ def _common_edits(recipe: Recipe, common: InjectionPlan, ldcache: HookCommand | 
     return edits
 
 
-def generate(recipe: Recipe, inv: DriverInventory, ldcache: HookCommand | None) -> dict[str, Any]:
-    """The CDI spec (as a dict) for every device in `inv`, every capability group included."""
+def generate(
+    recipe: Recipe, inv: DriverInventory, ldcache: HookCommand | None, version: str = CDI_VERSION
+) -> dict[str, Any]:
+    """The CDI spec (as a dict) for every device in `inv`, every capability group included.
+
+    `version` "0.5.0" is for older readers (podman 4.3): the same spec without annotations (0.6.0).
+    """
+    if version not in VERSIONS:
+        raise CDIError(f"cdiVersion {version!r} not supported (one of {', '.join(VERSIONS)})")
     if not inv.devices:
         raise CDIError(f"no {recipe.name} devices found (pattern {recipe.device_node}); a CDI spec needs one")
     caps = tuple(sorted(set(recipe.libraries) | set(recipe.binaries) | set(recipe.directories)))
     common = plan(Request(recipe, (), caps, "cdi"), inv)
     devices = [{"name": d.device_id, "containerEdits": {"deviceNodes": [_node(d)]}} for d in inv.devices]
     devices.append({"name": ALL, "containerEdits": {"deviceNodes": [_node(d) for d in inv.devices]}})
-    return {
-        "cdiVersion": CDI_VERSION,
-        "kind": recipe.cdi_kind,
-        "annotations": {"sro.dev/simulated": "true"} if recipe.simulated else {},
-        "devices": devices,
-        "containerEdits": _common_edits(recipe, common, ldcache),
-    }
+    spec: dict[str, Any] = {"cdiVersion": version, "kind": recipe.cdi_kind}
+    if (
+        recipe.simulated and version != "0.5.0"
+    ):  # labelled wherever it shows, so no one mistakes it for hardware
+        spec["annotations"] = {"sro.dev/simulated": "true"}
+    spec["devices"] = devices
+    spec["containerEdits"] = _common_edits(recipe, common, ldcache)
+    return spec
 
 
 def spec_file_name(recipe: Recipe, fmt: str) -> str:

@@ -45,6 +45,7 @@ def cdi() -> None:
 @click.option(
     "--no-ldcache-hook", is_flag=True, help="Leave out the createContainer hook that runs ldconfig."
 )
+@click.option("--cdi-version", type=click.Choice(["0.5.0", "0.6.0"]), default="0.6.0", show_default=True)
 def cdi_generate(
     recipe_name: str,
     driver_root: str | None,
@@ -52,6 +53,7 @@ def cdi_generate(
     fmt: str | None,
     output: str,
     no_ldcache_hook: bool,
+    cdi_version: str,
 ) -> None:
     """Write a CDI spec with one device per index, `all`, the control nodes, mounts and hooks."""
     from sro.node.runtime import cdi as cdimod
@@ -64,7 +66,7 @@ def cdi_generate(
     opts = _hook_options((recipe_name,), driver_root, None)
     ldcache = None if no_ldcache_hook else HookCommand(sys.executable, tuple(opts))
     try:
-        text = cdimod.dumps(cdimod.generate(recipe, inv, ldcache), fmt)
+        text = cdimod.dumps(cdimod.generate(recipe, inv, ldcache, cdi_version), fmt)
     except cdimod.CDIError as e:
         raise click.ClickException(str(e)) from None
     if output == "-":

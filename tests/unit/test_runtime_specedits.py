@@ -1,0 +1,174 @@
+"""Hook entries, hooks.d documents, spec edits, the wrapper's argv handling and the launcher."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sro.api.recipes import SIMULATED_GPU
+from sro.node.runtime import hook, launcher, specedits, wrapper
+from sro.node.runtime.inventory import DeviceNode, FileMount, InjectionPlan
+
+CMD = specedits.HookCommand("/opt/venv/bin/python", ("--recipe", "simulated-gpu"))
+PLAN = InjectionPlan(
+    device_nodes=(DeviceNode("/dev/sro-simgpu0", "/dev/sro-simgpu0", 120, 0, 0o666, "0"),),
+    mounts=(
+        FileMount("/d/lib/libsimgpu.so.1", "/lib/libsimgpu.so.1"),
+        FileMount("/d/share", "/usr/share/x", "dir"),
+    ),
+    ld_folders=("/lib",),
+)
+
+
+def test_every_entry_has_an_explicit_env_and_isolated_python() -> None:
+    e = CMD.entry("createContainer", ["--x"])
+    assert e["path"] == e["args"][0] == "/opt/venv/bin/python"
+    assert e["args"][1:5] == ["-I", "-m", "sro.node.runtime.hook", "createContainer"]
+    assert e["env"] == ["PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"]
+    assert e["timeout"] == 30
+    with pytest.raises(ValueError, match="absolute"):
+        specedits.HookCommand("python3")
+
+
+def test_hooks_d_document() -> None:
+    doc = specedits.hooks_d(CMD)
+    assert doc["version"] == "1.0.0" and doc["when"] == {"always": True} and doc["stages"] == ["prestart"]
+    assert doc["hook"]["env"]
+
+
+def test_add_hook_copies_and_is_idempotent() -> None:
+    spec: dict[str, Any] = {"process": {}}
+    once = specedits.add_hook(spec, "prestart", CMD.entry("prestart"))
+    twice = specedits.add_hook(once, "prestart", CMD.entry("prestart"))
+    assert spec == {"process": {}}
+    assert twice == once and len(once["hooks"]["prestart"]) == 1
+    with pytest.raises(ValueError, match="hooks"):
+        specedits.add_hook({"hooks": []}, "prestart", {})
+
+
+def test_apply_plan_cdi_style() -> None:
+    spec = {"linux": {"devices": [{"path": "/dev/sro-simgpu0"}]}, "mounts": [{"destination": "/proc"}]}
+    out = specedits.apply_plan(spec, PLAN, CMD)
+    assert out["linux"]["devices"] == [{"path": "/dev/sro-simgpu0"}]  # already there: not doubled
+    assert out["linux"]["resources"]["devices"] == [
+        {"allow": True, "type": "c", "major": 120, "minor": 0, "access": "rwm"}
+    ]
+    assert out["mounts"][1:] == [
+        {
+            "destination": "/lib/libsimgpu.so.1",
+            "source": "/d/lib/libsimgpu.so.1",
+            "type": "bind",
+            "options": ["ro", "nosuid", "nodev", "bind"],
+        },
+        {
+            "destination": "/usr/share/x",
+            "source": "/d/share",
+            "type": "bind",
+            "options": ["ro", "nosuid", "nodev", "rbind"],
+        },
+    ]
+    (entry,) = out["hooks"]["createContainer"]
+    assert entry["args"][4:] == ["update-ldcache", "--recipe", "simulated-gpu", "--folder", "/lib"]
+    assert entry["env"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "bundle"),
+    [
+        (["create", "--bundle", "/b", "id"], "/b"),
+        (["--root", "/run/x", "--log", "/l.json", "--log-format", "json", "create", "-b", "/b", "id"], "/b"),
+        (["--systemd-cgroup", "create", "--bundle=/b", "--pid-file", "/p", "id"], "/b"),
+        (["run", "--bundle", "/b", "id"], "/b"),
+        (["--root", "create", "start", "id"], None),  # "create" is --root's value here
+        (["state", "id"], None),
+        (["delete", "--force", "id"], None),
+        ([], None),
+    ],
+)
+def test_find_create_bundle(argv: list[str], bundle: str | None) -> None:
+    assert wrapper.find_create_bundle(argv) == bundle
+
+
+def test_edit_spec_modes(tmp_path: Path) -> None:
+    args = hook.parse_args(
+        ["prestart", "--recipe", "simulated-gpu", "--driver-root", str(tmp_path), "--dev-root", str(tmp_path)]
+    )
+    asking = {"process": {"env": ["SRO_VISIBLE_DEVICES=none"]}}
+    assert wrapper.edit_spec({"process": {"env": ["A=1"]}}, args, "hook", CMD) is None
+    hooked = wrapper.edit_spec(asking, args, "hook", CMD)
+    assert hooked is not None and hooked["hooks"]["prestart"][0]["args"][4] == "prestart"
+    cdi = wrapper.edit_spec(asking, args, "cdi", CMD)
+    assert cdi is not None and cdi["linux"]["devices"] == [] and "hooks" not in cdi  # nothing found
+    with pytest.raises(wrapper.WrapperError, match="unknown device id '3'"):
+        wrapper.edit_spec({"process": {"env": ["SRO_VISIBLE_DEVICES=3"]}}, args, "cdi", CMD)
+    with pytest.raises(wrapper.WrapperError, match="usage"):
+        wrapper.parse(["create"])
+    with pytest.raises(wrapper.WrapperError, match="--mode"):
+        wrapper.parse(["--mode", "x", "--", "state"])
+
+
+def test_launcher_passes_everything_but_create_straight_to_runc(tmp_path: Path) -> None:
+    """Run the generated shell script with a fake runc and a fake python that record their argv."""
+    runc = tmp_path / "runc"
+    runc.write_text(f'#!/bin/sh\necho "runc $*" >> {tmp_path}/log\n')
+    python = tmp_path / "python"
+    python.write_text(
+        f'#!/bin/sh\necho "python $*" >> {tmp_path}/log\necho "env $(env | sort | tr "\\n" " ")" >> {tmp_path}/log\n'
+    )
+    for f in (runc, python):
+        f.chmod(0o755)
+    script = tmp_path / "sro-runc"
+    launcher.write(str(script), str(python), str(runc), "cdi", ["--driver-root", "/a b"])
+    env = {"PATH": "/usr/bin:/bin", "LD_PRELOAD": "/evil.so"}
+    for argv in (
+        ["--root", "/r", "state", "c1"],
+        ["--root", "create", "delete", "c1"],
+        ["--log", "/l", "create", "--bundle", "/b", "c1"],
+    ):
+        subprocess.run([str(script), *argv], check=True, env=env)
+    log = (tmp_path / "log").read_text().splitlines()
+    assert log[0] == "runc --root /r state c1"
+    assert log[1] == "runc --root create delete c1"
+    assert log[2] == (
+        f"python -I -m sro.node.runtime.wrapper --runc {runc} --mode cdi --driver-root /a b -- "
+        "--log /l create --bundle /b c1"
+    )
+    assert "LD_PRELOAD" not in log[3]  # the wrapper starts from a clean environment
+    assert json.dumps(launcher.render("/p", "/r")).count("exec") >= 2
+    with pytest.raises(ValueError, match="absolute"):
+        launcher.render("python3")
+
+
+def test_hooks_d_through_the_cli(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from sro.cli import cli
+
+    res = CliRunner().invoke(
+        cli,
+        [
+            "hook",
+            "install-hooksd",
+            "--dir",
+            str(tmp_path),
+            "--recipe",
+            "simulated-gpu",
+            "--python",
+            "/opt/venv/bin/python",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "sro-hook.json").read_text())
+    assert doc["hook"]["args"][:6] == [
+        "/opt/venv/bin/python",
+        "-I",
+        "-m",
+        "sro.node.runtime.hook",
+        "prestart",
+        "--recipe",
+    ]
+    assert SIMULATED_GPU.name in doc["hook"]["args"]

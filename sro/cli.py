@@ -24,11 +24,36 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "sro.local.commands:local",
         "A real single-node Kubernetes on this machine (up/down/status/env/image).",
     ),
-    "discover": ("sro.node.discovery.command:discover_command", "Node features as NFD labels; --publish labels the Node."),
+    "discover": (
+        "sro.node.discovery.command:discover_command",
+        "Node features as NFD labels; --publish labels the Node.",
+    ),
     "cdi": ("sro.node.runtime.commands:cdi", "CDI specs for the recipes' devices (generate)."),
-    "hook": ("sro.node.runtime.commands:hook", "OCI hook injecting devices, libraries, binaries; install-hooksd."),
-    "runtime": ("sro.node.runtime.commands:runtime", "runc wrapper for a containerd runtime handler; write-launcher."),
+    "hook": (
+        "sro.node.runtime.commands:hook",
+        "OCI hook injecting devices, libraries, binaries; install-hooksd.",
+    ),
+    "runtime": (
+        "sro.node.runtime.commands:runtime",
+        "runc wrapper for a containerd runtime handler; write-launcher.",
+    ),
+    "manifests": (
+        "sro.manifests.command:manifests",
+        "Print the manifests of a component for kubectl apply -f - on any cluster.",
+    ),
     "demo": ("sro.demo:demo", "Bring up the local cluster, deploy sro on it and show what it found."),
+    "device-plugin": (
+        "sro.node.deviceplugin.commands:device_plugin",
+        "Kubelet device plugin (v1beta1) for a recipe's devices.",
+    ),
+    "driver": (
+        "sro.devices.commands:driver",
+        "Drivers: `driver simulate` installs the SIMULATED GPU driver.",
+    ),
+    "simulate": (
+        "sro.devices.commands:simulate",
+        "Inject or clear faults on SIMULATED devices (`simulate fault`).",
+    ),
 }
 
 

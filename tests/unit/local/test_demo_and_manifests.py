@@ -27,3 +27,19 @@ def test_node_report_renders_with_the_image_and_refuses_missing_values() -> None
         render("node-report", namespace="ns1", pull_policy="Never")
     with pytest.raises(ValueError, match="no manifests"):
         render("no-such-component")
+
+
+def test_manifests_command_renders_for_any_cluster_and_names_bad_input() -> None:
+    from click.testing import CliRunner
+
+    from sro.manifests.command import manifests
+
+    runner = CliRunner()
+    ok = runner.invoke(
+        manifests, ["render", "node-report", "--image", "reg.example/sro:1", "--namespace", "gpu"]
+    )
+    assert ok.exit_code == 0 and "image: reg.example/sro:1" in ok.output and "namespace: gpu" in ok.output
+    bad = runner.invoke(manifests, ["render", "nope"])
+    assert bad.exit_code != 0 and "no manifests for component 'nope'" in bad.output
+    bad_set = runner.invoke(manifests, ["render", "node-report", "--set", "novalue"])
+    assert bad_set.exit_code != 0 and "KEY=VALUE" in bad_set.output

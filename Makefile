@@ -22,7 +22,7 @@ types:
 	.venv/bin/mypy sro
 
 unit:
-	$(PY) -m pytest -m "not e2e" -q
+	$(PY) -m pytest -m "not e2e" -q --timeout 120
 
 e2e:
 	$(PY) -m pytest -m e2e -q

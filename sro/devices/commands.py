@@ -1,0 +1,117 @@
+"""`sro driver simulate` (install/remove the simulated driver) and `sro simulate fault` (inject or
+clear a device fault). Thin: parsing and printing around `simconfig`, `simulated_driver` and
+`driverstate`; every path is an option so the same commands work on a host and on a temp tree."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+import yaml
+
+from sro.api.recipes import SIMULATED_GPU
+from sro.devices import driverstate, simconfig, simulated_driver
+from sro.devices.model import DeviceUUID
+
+_root_option = click.option(
+    "--driver-root",
+    type=click.Path(path_type=Path),
+    default=Path(SIMULATED_GPU.driver_root),
+    show_default=True,
+    help="Where the simulated driver keeps its files.",
+)
+
+
+@click.group("driver")
+def driver() -> None:
+    """Drivers for special hardware (the simulated GPU driver)."""
+
+
+@driver.command("simulate")
+@click.option(
+    "--config", "config_path", type=click.Path(path_type=Path, dir_okay=False), help="Devices YAML."
+)
+@_root_option
+@click.option("--dev-root", type=click.Path(path_type=Path), default=Path("/dev"), show_default=True)
+@click.option(
+    "--proc-devices", type=click.Path(path_type=Path), default=Path("/proc/devices"), show_default=True
+)
+@click.option("--major", type=int, help="Character major to use (default: a free LOCAL/EXPERIMENTAL one).")
+@click.option("--remove", is_flag=True, help="Remove the device nodes and driver files instead.")
+def simulate_driver(
+    config_path: Path | None,
+    driver_root: Path,
+    dev_root: Path,
+    proc_devices: Path,
+    major: int | None,
+    remove: bool,
+) -> None:
+    """Install the SIMULATED GPU driver: device nodes, libraries, simgpu-smi and state files."""
+    if remove:
+        removed = simulated_driver.remove(driver_root, dev_root)
+        click.echo(f"removed {len(removed)} simulated driver files and device nodes")
+        return
+    if config_path is None:
+        raise click.UsageError("--config FILE is required (or --remove)")
+    try:
+        doc = yaml.safe_load(config_path.read_text())
+        inv = simconfig.parse(doc, device_node=SIMULATED_GPU.device_node)
+        done = simulated_driver.install(inv, driver_root, dev_root, proc_devices.read_text(), major=major)
+    except (OSError, yaml.YAMLError) as e:
+        raise click.ClickException(f"{config_path}: {e}") from e
+    except (simconfig.SimConfigError, simulated_driver.SimulatedDriverError) as e:
+        raise click.ClickException(f"{config_path}: {e}") from e
+    click.echo(
+        f"simulated driver {inv.driver_version}: {len(inv.devices)} SIMULATED devices, char major {done.major}"
+    )
+    for d in done.inventory.devices:
+        click.echo(f"  {d.index}: {d.uuid} {d.device_node} {d.product} {d.memory_mib}MiB numa={d.numa_node}")
+    click.echo(f"driver files in {driver_root}")
+
+
+@click.group("simulate")
+def simulate() -> None:
+    """Inject faults into the SIMULATED driver's devices."""
+
+
+@simulate.command("fault")
+@click.option(
+    "--device", "devices", multiple=True, help="Device index, UUID, MIG UUID or PCI bus id (repeatable)."
+)
+@click.option("--all", "all_devices", is_flag=True, help="Every device (with --clear: every fault).")
+@click.option(
+    "--xid", type=int, default=79, show_default=True, help="Xid to report (79: fallen off the bus)."
+)
+@click.option("--clear", is_flag=True, help="Clear the fault(s) instead of injecting.")
+@_root_option
+def fault(devices: tuple[str, ...], all_devices: bool, xid: int, clear: bool, driver_root: Path) -> None:
+    """Inject (or --clear) an Xid fault; the device plugin turns it into device health."""
+    if not devices and not all_devices:
+        raise click.UsageError("name a device with --device, or use --all")
+    try:
+        inv = driverstate.read_inventory(driver_root)
+    except driverstate.DriverStateError as e:
+        raise click.ClickException(str(e)) from e
+    migs = inv.mig_by_uuid()
+    targets: list[DeviceUUID] = []
+    for ref in devices:
+        d = inv.find(ref)
+        if d is not None:
+            targets.append(d.uuid)
+        elif ref in migs:
+            targets.append(DeviceUUID(ref))
+        else:
+            known = ", ".join(f"{x.index}={x.uuid}" for x in inv.devices)
+            raise click.ClickException(f"--device {ref!r}: no such simulated device (known: {known})")
+    if all_devices:
+        targets = [d.uuid for d in inv.devices]
+    if clear:
+        cleared = driverstate.clear_faults(driver_root, None if all_devices else targets)
+        click.echo(json.dumps({"cleared": cleared}))
+        return
+    for uuid in targets:
+        driverstate.set_fault(driver_root, uuid, xid)
+    json.dump({"fault": {"xid": xid, "devices": targets}}, sys.stdout)
+    click.echo()

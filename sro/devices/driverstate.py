@@ -1,0 +1,209 @@
+"""The simulated driver's state files: the device list and the fault state.
+
+Why files: the simulated driver (`sro driver simulate`), fault injection (`sro simulate fault`), the
+device plugin, the exporter and runtime injection are separate processes, often in separate
+containers that share only the host's driver root. JSON files replaced atomically (write + rename,
+under a lock for read-modify-write) are the whole protocol: a reader sees the old file or the new
+one, never half of one, and a watcher notices the new inode with a cheap stat().
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sro.api.recipes import SIMULATED_DEVICE_LIST, SIMULATED_FAULTS
+from sro.devices.model import Device, DeviceUUID, Inventory, MigDevice
+
+FORMAT_VERSION = 1
+
+
+class DriverStateError(ValueError):
+    """A state file is missing or malformed; the message names the file and field."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    xid: int
+    since: float  # wall-clock time it was injected
+    message: str = ""
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def inventory_to_doc(inv: Inventory, major: int, control_minor: int) -> dict[str, Any]:
+    return {
+        "formatVersion": FORMAT_VERSION,
+        "simulated": True,
+        "backend": inv.backend,
+        "driverVersion": inv.driver_version,
+        "major": major,
+        "controlNodes": [{"path": p, "minor": control_minor} for p in inv.control_nodes],
+        "devices": [
+            {
+                "uuid": d.uuid,
+                "index": d.index,
+                "minor": d.minor,
+                "deviceNode": d.device_node,
+                "pciBusId": d.pci_bus_id,
+                "product": d.product,
+                "memoryMiB": d.memory_mib,
+                "computeCapability": d.compute_capability,
+                "numaNode": d.numa_node,
+                "nvlinks": dict(d.nvlinks),
+                "migEnabled": d.mig_enabled,
+                "mig": [
+                    {
+                        "uuid": m.uuid,
+                        "index": m.index,
+                        "profile": m.profile,
+                        "memoryMiB": m.memory_mib,
+                        "gi": m.gi_id,
+                        "ci": m.ci_id,
+                        "deviceNode": m.device_node,
+                    }
+                    for m in d.mig_devices
+                ],
+            }
+            for d in inv.devices
+        ],
+    }
+
+
+def inventory_from_doc(doc: Any, where: str) -> Inventory:
+    try:
+        if doc.get("formatVersion") != FORMAT_VERSION:
+            raise DriverStateError(
+                f"{where}: formatVersion {doc.get('formatVersion')!r}, expected {FORMAT_VERSION}"
+            )
+        devices = []
+        for d in doc["devices"]:
+            parent = DeviceUUID(d["uuid"])
+            migs = tuple(
+                MigDevice(
+                    uuid=DeviceUUID(m["uuid"]),
+                    parent_uuid=parent,
+                    index=int(m["index"]),
+                    profile=str(m["profile"]),
+                    memory_mib=int(m["memoryMiB"]),
+                    gi_id=int(m["gi"]),
+                    ci_id=int(m["ci"]),
+                    device_node=str(m.get("deviceNode", "")),
+                )
+                for m in d.get("mig", [])
+            )
+            devices.append(
+                Device(
+                    uuid=parent,
+                    index=int(d["index"]),
+                    minor=int(d["minor"]),
+                    device_node=str(d["deviceNode"]),
+                    pci_bus_id=str(d["pciBusId"]),
+                    product=str(d["product"]),
+                    memory_mib=int(d["memoryMiB"]),
+                    compute_capability=str(d["computeCapability"]),
+                    numa_node=None if d.get("numaNode") is None else int(d["numaNode"]),
+                    nvlinks={DeviceUUID(k): int(v) for k, v in d.get("nvlinks", {}).items()},
+                    mig_enabled=bool(d.get("migEnabled", False)),
+                    mig_devices=migs,
+                    simulated=True,
+                )
+            )
+        return Inventory(
+            backend="simulated",
+            devices=tuple(devices),
+            driver_version=str(doc.get("driverVersion", "")),
+            control_nodes=tuple(str(c["path"]) for c in doc.get("controlNodes", [])),
+            simulated=True,
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        if isinstance(e, DriverStateError):
+            raise
+        raise DriverStateError(f"{where}: malformed device list ({type(e).__name__}: {e})") from e
+
+
+def read_inventory(driver_root: Path) -> Inventory:
+    path = driver_root / SIMULATED_DEVICE_LIST
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DriverStateError(
+            f"{path}: no simulated driver here (run `sro driver simulate --config FILE`)"
+        ) from None
+    except json.JSONDecodeError as e:
+        raise DriverStateError(f"{path}: not JSON: {e}") from e
+    return inventory_from_doc(doc, str(path))
+
+
+@contextmanager
+def _locked(driver_root: Path) -> Iterator[None]:
+    driver_root.mkdir(parents=True, exist_ok=True)
+    with open(driver_root / ".faults.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def faults_from_doc(doc: Any, where: str) -> dict[DeviceUUID, Fault]:
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("faults", {}), Mapping):
+        raise DriverStateError(f"{where}: expected {{'faults': {{uuid: {{xid, since}}}}}}")
+    out = {}
+    for uuid, f in doc.get("faults", {}).items():
+        if not isinstance(f, Mapping) or not isinstance(f.get("xid"), int):
+            raise DriverStateError(f"{where}: faults[{uuid!r}].xid must be an integer")
+        out[DeviceUUID(uuid)] = Fault(
+            xid=f["xid"], since=float(f.get("since", 0)), message=str(f.get("message", ""))
+        )
+    return out
+
+
+def read_faults(driver_root: Path) -> dict[DeviceUUID, Fault]:
+    """Active faults by device (or MIG device) UUID; no file means no faults."""
+    path = driver_root / SIMULATED_FAULTS
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except json.JSONDecodeError as e:
+        raise DriverStateError(f"{path}: not JSON: {e}") from e
+    return faults_from_doc(doc, str(path))
+
+
+def _write_faults(driver_root: Path, faults: Mapping[DeviceUUID, Fault]) -> None:
+    doc = {
+        "faults": {
+            u: {"xid": f.xid, "since": f.since, "message": f.message} for u, f in sorted(faults.items())
+        }
+    }
+    write_atomic(driver_root / SIMULATED_FAULTS, json.dumps(doc, indent=2) + "\n")
+
+
+def set_fault(driver_root: Path, uuid: DeviceUUID, xid: int, message: str = "") -> None:
+    with _locked(driver_root):
+        faults = read_faults(driver_root)
+        faults[uuid] = Fault(xid=xid, since=time.time(), message=message or f"simulated Xid {xid}")
+        _write_faults(driver_root, faults)
+
+
+def clear_faults(driver_root: Path, uuids: list[DeviceUUID] | None) -> list[DeviceUUID]:
+    """Clear the faults of `uuids` (all when None); returns the ones that were active."""
+    with _locked(driver_root):
+        faults = read_faults(driver_root)
+        cleared = [u for u in faults if uuids is None or u in uuids]
+        _write_faults(driver_root, {u: f for u, f in faults.items() if u not in cleared})
+        return cleared

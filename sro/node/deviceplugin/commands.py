@@ -1,0 +1,119 @@
+"""`sro device-plugin`: the kubelet device plugin for one recipe's hardware.
+
+Thin: options in, a `lifecycle.Plugin` run until SIGTERM/SIGINT. `--oneshot` prints what the plugin
+would announce (resources, ids, health, topology) as JSON and exits: the dry run for goldens and
+for a quick look at a node.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+
+import click
+import yaml
+
+from sro.api.recipes import BUILTIN, RecipeError, recipe_from_dict
+from sro.devices import open_backend
+from sro.node.deviceplugin import resources
+from sro.node.deviceplugin.config import ConfigError
+from sro.node.deviceplugin.core import HealthBoard
+from sro.node.deviceplugin.health import HealthTracker
+from sro.node.deviceplugin.lifecycle import Plugin, load_config
+from sro.node.deviceplugin.server import DEFAULT_PLUGIN_DIR
+
+log = logging.getLogger(__name__)
+
+
+@click.command("device-plugin")
+@click.option(
+    "--recipe", "recipe_name", type=click.Choice(sorted(BUILTIN)), default="nvidia-gpu", show_default=True
+)
+@click.option(
+    "--recipe-file", type=click.Path(path_type=Path, dir_okay=False), help="A custom recipe (YAML)."
+)
+@click.option(
+    "--config", "config_path", type=click.Path(path_type=Path, dir_okay=False), help="Plugin config (YAML)."
+)
+@click.option("--resource-name", help="Announce under this resource name instead of the recipe's.")
+@click.option("--plugin-dir", type=click.Path(path_type=Path), default=DEFAULT_PLUGIN_DIR, show_default=True)
+@click.option(
+    "--driver-root", type=click.Path(path_type=Path), help="Where this process sees the driver root."
+)
+@click.option("--oneshot", is_flag=True, help="Print what would be announced as JSON and exit.")
+def device_plugin(
+    recipe_name: str,
+    recipe_file: Path | None,
+    config_path: Path | None,
+    resource_name: str | None,
+    plugin_dir: Path,
+    driver_root: Path | None,
+    oneshot: bool,
+) -> None:
+    """Serve the kubelet device-plugin API (v1beta1) for a recipe's devices."""
+    recipe = BUILTIN[recipe_name]
+    if recipe_file is not None:
+        try:
+            recipe = recipe_from_dict(yaml.safe_load(recipe_file.read_text()))
+        except (OSError, yaml.YAMLError, RecipeError) as e:
+            raise click.ClickException(f"{recipe_file}: {e}") from e
+    backend = open_backend(recipe, driver_root)
+    if oneshot:
+        try:
+            config = load_config(config_path, recipe, resource_name)
+            inv = backend.inventory()
+            plans = resources.plan(inv, config)
+        except ConfigError as e:
+            raise click.ClickException(str(e)) from e
+        board = HealthBoard(HealthTracker(config.ignored_xids, config.recover_after, config.health_enabled))
+        stop = threading.Event()
+
+        def drain() -> None:  # the backend reports active faults first; take what it has now
+            for ev in backend.events(stop):
+                board.apply(ev)
+
+        reader = threading.Thread(target=drain, daemon=True)
+        reader.start()
+        reader.join(timeout=0.5)
+        stop.set()
+        reader.join(timeout=2)
+        board.tick()
+        out = {
+            "backend": backend.name,
+            "simulated": inv.simulated,
+            "driverVersion": inv.driver_version,
+            "resources": {
+                p.resource: [
+                    {
+                        "id": a.id,
+                        "healthy": board.healthy(a.unit),
+                        "unit": a.unit.uuid,
+                        "index": a.unit.index,
+                        "numa": a.unit.numa_node,
+                    }
+                    for a in p.devices
+                ]
+                for p in plans
+            },
+        }
+        click.echo(json.dumps(out, indent=2))
+        backend.close()
+        return
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %s: stopping", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    plugin = Plugin(recipe, backend, plugin_dir, config_path, resource_name, driver_root)
+    log.info(
+        "sro device plugin: recipe %s (%s backend), kubelet dir %s", recipe.name, backend.name, plugin_dir
+    )
+    plugin.run(stop)

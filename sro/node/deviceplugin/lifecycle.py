@@ -1,0 +1,265 @@
+"""The plugin's life: config and inventory (re)loads, health threads, and the kubelet-socket watch.
+
+Why a watch loop rather than events: every failure the plugin must survive shows up as a state it
+can look at every 200 ms with a stat(): the kubelet socket is missing (kubelet down: keep serving,
+wait), has a new identity (kubelet restarted and wiped the directory: restart our servers and
+register again, timing it), our own socket is gone or the server no longer answers its own
+GetDevicePluginOptions (restart it, with backoff), the config file changed (reload; a malformed
+file is logged and the last good config kept), the inventory is not there yet (the simulated
+driver not installed: retry). Nothing here exits the process; only `stop` ends `run`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import yaml
+
+from sro.api.recipes import Recipe
+from sro.devices.model import Backend, HealthEvent, Inventory
+from sro.node.deviceplugin import driverfiles, resources
+from sro.node.deviceplugin.config import ConfigError, PluginConfig, default_config, parse_config
+from sro.node.deviceplugin.core import HealthBoard, ResourceCore
+from sro.node.deviceplugin.health import HealthTracker
+from sro.node.deviceplugin.server import KUBELET_SOCKET, PluginServer, RegistrationError, register
+
+log = logging.getLogger(__name__)
+
+Identity = tuple[int, int]
+
+
+def load_config(path: Path | None, recipe: Recipe, resource_override: str | None = None) -> PluginConfig:
+    """Parse the config file (ConfigError naming the file and field when malformed)."""
+    config = default_config(recipe)
+    if path is not None:
+        try:
+            doc = yaml.safe_load(path.read_text())
+        except OSError as e:
+            raise ConfigError(f"{path}: cannot read: {e.strerror}") from e
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not YAML: {e}") from e
+        try:
+            config = parse_config(doc, recipe)
+        except ConfigError as e:
+            raise ConfigError(f"{path}: {e}") from e
+    if resource_override:
+        config = replace(config, resource_name=resource_override)
+    return config
+
+
+def _identity(path: Path) -> Identity | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns)
+
+
+@dataclass
+class _Slot:
+    server: PluginServer
+    next_try: float = 0.0
+    backoff: float = 0.5
+    restarts: list[float] = field(default_factory=list)
+
+
+class Plugin:
+    def __init__(
+        self,
+        recipe: Recipe,
+        backend: Backend,
+        plugin_dir: Path,
+        config_path: Path | None = None,
+        resource_override: str | None = None,
+        driver_root_seen: Path | None = None,
+        poll: float = 0.2,
+        liveness_every: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.recipe = recipe
+        self.backend = backend
+        self.plugin_dir = plugin_dir
+        self.kubelet_socket = plugin_dir / KUBELET_SOCKET
+        self.config_path = config_path
+        self.resource_override = resource_override
+        self.driver_root_seen = driver_root_seen or Path(recipe.driver_root)
+        self.poll = poll
+        self.liveness_every = liveness_every
+        self.clock = clock
+        self.config = default_config(recipe)
+        self.tracker = HealthTracker(
+            self.config.ignored_xids, self.config.recover_after, self.config.health_enabled
+        )
+        self.board = HealthBoard(self.tracker)
+        self.slots: list[_Slot] = []
+        self.inventory: Inventory | None = None
+        self.registration_latencies: list[float] = []  # seconds from kubelet socket creation to Register
+        self._config_ident: Identity | bool | None = False
+        self._kubelet: Identity | None = None
+        self._kubelet_appeared = 0.0
+        self._last_liveness = 0.0
+        self._next_load = 0.0
+
+    # --- configuration and inventory -------------------------------------------------------
+    def load(self) -> bool:
+        """(Re)build plans and servers when the config file changed or nothing is served yet."""
+        ident = _identity(self.config_path) if self.config_path else None
+        if self.slots and ident == self._config_ident:
+            return False
+        now = self.clock()
+        if not self.slots and now < self._next_load and ident == self._config_ident:
+            return False
+        self._config_ident = ident
+        self._next_load = now + 2.0
+        try:
+            config = load_config(self.config_path, self.recipe, self.resource_override)
+            inv = self.backend.inventory()
+            plans = resources.plan(inv, config)
+        except ConfigError as e:
+            log.error("configuration rejected (keeping the previous one): %s", e)
+            return False
+        except Exception as e:  # inventory not there yet: the driver may still be installing
+            log.error("cannot read the %s inventory (retrying in 2s): %s", self.backend.name, e)
+            return False
+        files = (
+            driverfiles.find(self.recipe, self.driver_root_seen) if "mounts" in config.list_strategies else []
+        )
+        self.config, self.inventory = config, inv
+        self.tracker.ignored_xids = config.ignored_xids
+        self.tracker.recover_after = config.recover_after
+        self.tracker.enabled = config.health_enabled
+        for slot in self.slots:
+            slot.server.stop()
+        self.slots = [
+            _Slot(PluginServer(ResourceCore(p, self.recipe, config, self.board, files), self.plugin_dir))
+            for p in plans
+        ]
+        for slot in self.slots:
+            slot.server.start()
+        log.info(
+            "%s backend: %d devices; announcing %s",
+            self.backend.name,
+            len(inv.devices),
+            ", ".join(f"{p.resource}={len(p.devices)}" for p in plans),
+        )
+        self._kubelet = None  # register the new servers
+        return True
+
+    # --- health ----------------------------------------------------------------------------
+    def _monitor(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                for ev in self.backend.events(stop):
+                    self.board.apply(ev)
+            except Exception as e:  # the event source broke: fail safe, every device unhealthy
+                log.exception(
+                    "health events from %s failed; marking every device unhealthy", self.backend.name
+                )
+                self.board.apply(
+                    HealthEvent("lost", None, time.monotonic(), message=f"health source failed: {e}")
+                )
+                stop.wait(5.0)
+
+    def _ticker(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            due = self.board.tick()
+            wait = 0.25 if due is None else min(0.25, max(0.01, due - time.monotonic()))
+            stop.wait(wait)
+
+    # --- kubelet ---------------------------------------------------------------------------
+    def _restart(self, slot: _Slot, why: str) -> None:
+        now = self.clock()
+        if now < slot.next_try:
+            return
+        slot.restarts = [t for t in slot.restarts if now - t < 3600] + [now]
+        # back off when restarts pile up (NVIDIA gives up after 5 an hour; we keep trying, slower)
+        slot.backoff = 0.5 if len(slot.restarts) <= 5 else min(30.0, slot.backoff * 2)
+        log.warning(
+            "%s: restarting gRPC server (%s; %d restarts in the last hour)",
+            slot.server.resource,
+            why,
+            len(slot.restarts),
+        )
+        try:
+            slot.server.start()
+            slot.next_try = 0.0
+        except Exception:
+            log.exception(
+                "%s: gRPC server failed to start; retrying in %.1fs", slot.server.resource, slot.backoff
+            )
+            slot.next_try = now + slot.backoff
+
+    def watch_once(self) -> None:
+        ident = _identity(self.kubelet_socket)
+        now = self.clock()
+        if ident is None:
+            if self._kubelet is not None:
+                log.warning("kubelet socket %s is gone; waiting for the kubelet", self.kubelet_socket)
+                for slot in self.slots:
+                    slot.server.registered_with = None
+            self._kubelet = None
+            return
+        if ident != self._kubelet:
+            self._kubelet = ident
+            self._kubelet_appeared = ident[1] / 1e9
+            log.info(
+                "kubelet socket %s (re)created; (re)starting servers and registering", self.kubelet_socket
+            )
+            for slot in self.slots:
+                # a new kubelet wipes the directory: a server started before its socket needs a new one
+                if slot.server.started_at <= self._kubelet_appeared:
+                    slot.next_try = 0.0
+                    self._restart(slot, "the kubelet restarted")
+        check_liveness = now - self._last_liveness >= self.liveness_every
+        if check_liveness:
+            self._last_liveness = now
+        for slot in self.slots:
+            server = slot.server
+            if server.grpc_server is None or not server.socket_present():
+                self._restart(slot, "its socket disappeared")
+            elif check_liveness and not server.alive():
+                self._restart(slot, "it stopped answering")
+            if server.grpc_server is None or server.registered_with == ident or now < slot.next_try:
+                continue
+            try:
+                register(self.kubelet_socket, server.endpoint, server.resource)
+            except RegistrationError as e:
+                slot.backoff = min(5.0, slot.backoff * 2)
+                slot.next_try = now + slot.backoff
+                log.error("%s (retrying in %.1fs)", e, slot.backoff)
+                continue
+            server.registered_with = ident
+            slot.backoff = 0.5
+            latency = max(0.0, time.time() - self._kubelet_appeared)
+            self.registration_latencies.append(latency)
+            log.info(
+                "%s: registered with the kubelet %.3fs after its socket appeared", server.resource, latency
+            )
+
+    def run(self, stop: threading.Event) -> None:
+        threads = [
+            threading.Thread(target=self._monitor, args=(stop,), name="health-monitor", daemon=True),
+            threading.Thread(target=self._ticker, args=(stop,), name="health-ticker", daemon=True),
+        ]
+        for t in threads:
+            t.start()
+        try:
+            while not stop.is_set():
+                try:
+                    self.load()
+                    self.watch_once()
+                except Exception:  # never exit on a surprise: log it and look again
+                    log.exception("device plugin loop failed; continuing")
+                stop.wait(self.poll)
+        finally:
+            for slot in self.slots:
+                slot.server.stop()
+            self.backend.close()
+            for t in threads:
+                t.join(timeout=2)

@@ -203,7 +203,12 @@ def set_fault(driver_root: Path, uuid: DeviceUUID, xid: int, message: str = "") 
 def clear_faults(driver_root: Path, uuids: list[DeviceUUID] | None) -> list[DeviceUUID]:
     """Clear the faults of `uuids` (all when None); returns the ones that were active."""
     with _locked(driver_root):
-        faults = read_faults(driver_root)
+        try:
+            faults = read_faults(driver_root)
+        except DriverStateError:
+            if uuids is not None:
+                raise
+            faults = {}  # clearing everything also repairs a damaged fault file
         cleared = [u for u in faults if uuids is None or u in uuids]
         _write_faults(driver_root, {u: f for u, f in faults.items() if u not in cleared})
         return cleared

@@ -5,7 +5,8 @@ difference between NVLink peers and PCIe hops is large. Whole devices (and MIG d
 by comparing candidate sets on, in order: NVLink links inside the set (MIG devices of one GPU count
 as linked); fewest NUMA nodes; NVLink links left among the devices that stay free; same-NUMA pairs
 left among them (so a half-used island is finished before a whole one is broken); lowest indices.
-Small cases are searched exhaustively (8 GPUs: at most 70 sets), larger ones greedily. Time-sliced
+Small cases are searched exhaustively (8 GPUs: at most 70 sets), larger ones greedily from
+every possible first device. Time-sliced
 replicas follow NVIDIA's `distributed` policy: the replicas of the least-used devices first.
 
 This is a hint: it never fails on odd input (the kubelet would fail the pod); unknown ids are
@@ -61,11 +62,16 @@ def _best_set(units: Sequence[Announced], must: list[int], k: int) -> list[int]:
     if math.comb(len(rest), k) <= EXHAUSTIVE_LIMIT:
         best = max(itertools.combinations(rest, k), key=lambda c: score(must + list(c)))
         return must + list(best)
-    chosen = list(must)
-    for _ in range(k):
-        pick = max((i for i in rest if i not in chosen), key=lambda i: score([*chosen, i]))
-        chosen.append(pick)
-    return chosen
+
+    def grow(seed: list[int]) -> list[int]:
+        chosen = list(seed)
+        while len(chosen) < len(must) + k:
+            chosen.append(max((i for i in rest if i not in chosen), key=lambda i: score([*chosen, i])))
+        return chosen
+
+    # greedy growth from every possible first device; keep the best finished set
+    seeds = [must] if must else [[i] for i in rest]
+    return max((grow(s) for s in seeds), key=score)
 
 
 def _distributed(

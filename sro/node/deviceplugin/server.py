@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 API_VERSION = "v1beta1"
 KUBELET_SOCKET = "kubelet.sock"
 DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
+UNIX_PATH_MAX = 107  # sun_path is 108 bytes with the terminating NUL
 
 
 class RegistrationError(RuntimeError):
@@ -83,6 +84,8 @@ class PluginServer:
 
     def start(self) -> None:
         self.stop()
+        if len(os.fsencode(self.path)) > UNIX_PATH_MAX:
+            raise RuntimeError(f"{self.path}: longer than a unix socket path may be ({UNIX_PATH_MAX} bytes)")
         self.plugin_dir.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()

@@ -213,7 +213,8 @@ def discover_command(
         click.echo(json.dumps({r.source: r.features.as_dict() for r in results}, indent=2))
         return
     labeling = discover(host, config)
-    _report(labeling, set())
+    for problem in (*labeling.problems, *labeling.warnings):
+        click.echo(f"warning: {problem}", err=True)
     text = _render(dict(labeling.labels), output)
     if text:
         click.echo(text)

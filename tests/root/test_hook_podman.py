@@ -60,7 +60,11 @@ def test_hooks_d_file_injects_through_podman(tmp_path: Path, driver: Driver) -> 
         check=True,
     )
     doc = json.loads((hooks_dir / "sro-hook.json").read_text())
-    assert doc["hook"]["env"] and doc["hook"]["args"][:2] == [PYTHON, "-I"]  # explicit env, isolated python
+    assert doc["hook"]["env"] and doc["hook"]["args"][:3] == [
+        PYTHON,
+        "-I",
+        "-S",
+    ]  # explicit env, isolated python
     rootfs = make_rootfs(tmp_path / "rootfs")
     before = mount_points()
     script = "ls /dev | grep sro- | tr '\\n' ' '; cat /dev/sro-simgpu1 2>&1; ldconfig -p | grep -c simgpu; simgpu-smi -L"

@@ -15,7 +15,7 @@ from sro.node.runtime.inventory import DeviceNode, DriverInventory, FileMount
 from sro.node.runtime.specedits import HookCommand
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "cdi"
-HOOK = HookCommand("/opt/sro/venv/bin/python", ("--recipe", "x"))
+HOOK = HookCommand("/opt/sro/venv/bin/python", ("--recipe", "x"), root="/opt/sro/site-packages")
 
 SIM_INV = DriverInventory(
     recipe="simulated-gpu",

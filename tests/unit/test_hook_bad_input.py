@@ -142,7 +142,6 @@ def test_prestart_without_pid(bundle: Path, capsys: pytest.CaptureFixture[str]) 
     ("argv", "message"),
     [
         (["bogus"], "unknown hook stage 'bogus'"),
-        (["prestart", "--recipe", "nope"], "unknown recipe 'nope'"),
         (["prestart", "--frobnicate", "1"], "unknown option or value: --frobnicate 1"),
         (["prestart", "--dev-root"], "option --dev-root needs a value"),
         (["prestart", "--resolver", "magic"], "unknown option or value: --resolver magic"),
@@ -162,3 +161,43 @@ def test_nothing_asked_is_a_quick_success(bundle: Path, capsys: pytest.CaptureFi
 def test_inactive_stages_do_not_read_stdin(capsys: pytest.CaptureFixture[str]) -> None:
     for stage in ("poststart", "poststop", "createRuntime"):
         assert hook.main([stage], io.BytesIO(b"garbage")) == 0
+
+
+def test_unknown_recipe_is_named_once_a_container_asks(
+    bundle: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _config(bundle, ["SRO_VISIBLE_DEVICES=0"])
+    rc, err = _run(bundle, _state(bundle), capsys, "--recipe", "nope")
+    assert rc == 1 and "unknown recipe 'nope'" in err
+
+
+def test_prefilter_matches_the_recipes() -> None:
+    """The cheap pre-filter must let through everything activation could act on."""
+    from sro.api.recipes import BUILTIN
+    from sro.node.runtime import activation
+
+    assert all(r.visible_devices_env.endswith(hook.VISIBLE_SUFFIX) for r in BUILTIN.values())
+    assert {activation.ANNOTATION_PREFIX, activation.CDI_ANNOTATION_PREFIX} == set(hook.ANNOTATION_PREFIXES)
+    assert not hook.may_ask({"process": {"env": ["PATH=/bin", "HOME=/"]}, "annotations": {"io.k8s/x": "1"}})
+    assert hook.may_ask({"process": {"env": [3]}})
+    assert hook.may_ask({"annotations": {"cdi.k8s.io/a": "x"}})
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": [1, 2.5, -3e2, true, false, null, "x\\u00e9"], "b": {"c": NaN, "d": -Infinity}}',
+        " [] ",
+        '"s"',
+        "7",
+    ],
+)
+def test_fast_json_reader_agrees_with_json(text: str) -> None:
+    got, want = hook.loads(text.encode()), json.loads(text)
+    assert json.dumps(got) == json.dumps(want)
+
+
+@pytest.mark.parametrize("text", ["{bad", "", "[1,]", '{"a": 1} extra', "\xff"])
+def test_fast_json_reader_raises_json_errors(text: str) -> None:
+    with pytest.raises(ValueError):
+        hook.loads(text.encode("latin-1"))

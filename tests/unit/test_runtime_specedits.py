@@ -12,6 +12,7 @@ import pytest
 from sro.api.recipes import SIMULATED_GPU
 from sro.node.runtime import hook, launcher, specedits, wrapper
 from sro.node.runtime.inventory import DeviceNode, FileMount, InjectionPlan
+from sro.node.runtime.specedits import bootstrap, package_root
 
 CMD = specedits.HookCommand("/opt/venv/bin/python", ("--recipe", "simulated-gpu"))
 PLAN = InjectionPlan(
@@ -27,7 +28,9 @@ PLAN = InjectionPlan(
 def test_every_entry_has_an_explicit_env_and_isolated_python() -> None:
     e = CMD.entry("createContainer", ["--x"])
     assert e["path"] == e["args"][0] == "/opt/venv/bin/python"
-    assert e["args"][1:5] == ["-I", "-m", "sro.node.runtime.hook", "createContainer"]
+    assert e["args"][1:4] == ["-I", "-S", "-c"]
+    assert "from sro.node.runtime.hook import main" in e["args"][4]
+    assert e["args"][5:] == ["createContainer", "--recipe", "simulated-gpu", "--x"]
     assert e["env"] == ["PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"]
     assert e["timeout"] == 30
     with pytest.raises(ValueError, match="absolute"):
@@ -72,7 +75,7 @@ def test_apply_plan_cdi_style() -> None:
         },
     ]
     (entry,) = out["hooks"]["createContainer"]
-    assert entry["args"][4:] == ["update-ldcache", "--recipe", "simulated-gpu", "--folder", "/lib"]
+    assert entry["args"][5:] == ["update-ldcache", "--recipe", "simulated-gpu", "--folder", "/lib"]
     assert entry["env"]
 
 
@@ -100,7 +103,7 @@ def test_edit_spec_modes(tmp_path: Path) -> None:
     asking = {"process": {"env": ["SRO_VISIBLE_DEVICES=none"]}}
     assert wrapper.edit_spec({"process": {"env": ["A=1"]}}, args, "hook", CMD) is None
     hooked = wrapper.edit_spec(asking, args, "hook", CMD)
-    assert hooked is not None and hooked["hooks"]["prestart"][0]["args"][4] == "prestart"
+    assert hooked is not None and hooked["hooks"]["prestart"][0]["args"][5] == "prestart"
     cdi = wrapper.edit_spec(asking, args, "cdi", CMD)
     assert cdi is not None and cdi["linux"]["devices"] == [] and "hooks" not in cdi  # nothing found
     with pytest.raises(wrapper.WrapperError, match="unknown device id '3'"):
@@ -121,24 +124,32 @@ def test_launcher_passes_everything_but_create_straight_to_runc(tmp_path: Path) 
     )
     for f in (runc, python):
         f.chmod(0o755)
+    asking, plain = tmp_path / "asking", tmp_path / "plain"
+    for b, env in ((asking, ["SRO_VISIBLE_DEVICES=0"]), (plain, ["PATH=/bin"])):
+        b.mkdir()
+        (b / "config.json").write_text(json.dumps({"process": {"env": env}, "annotations": {"x": "y"}}))
     script = tmp_path / "sro-runc"
     launcher.write(str(script), str(python), str(runc), "cdi", ["--driver-root", "/a b"])
     env = {"PATH": "/usr/bin:/bin", "LD_PRELOAD": "/evil.so"}
     for argv in (
         ["--root", "/r", "state", "c1"],
         ["--root", "create", "delete", "c1"],
-        ["--log", "/l", "create", "--bundle", "/b", "c1"],
+        ["create", "--bundle", str(plain), "c1"],
+        ["--log", "/l", "create", f"--bundle={plain}", "c1"],
+        ["--log", "/l", "create", "-b", str(asking), "c1"],
     ):
         subprocess.run([str(script), *argv], check=True, env=env)
     log = (tmp_path / "log").read_text().splitlines()
     assert log[0] == "runc --root /r state c1"
     assert log[1] == "runc --root create delete c1"
-    assert log[2] == (
-        f"python -I -m sro.node.runtime.wrapper --runc {runc} --mode cdi --driver-root /a b -- "
-        "--log /l create --bundle /b c1"
+    assert log[2] == f"runc create --bundle {plain} c1"  # asks for nothing: no Python at all
+    assert log[3] == f"runc --log /l create --bundle={plain} c1"
+    assert log[4] == (
+        "python -I -S -c "
+        + bootstrap("sro.node.runtime.wrapper", package_root())
+        + f" --runc {runc} --mode cdi --driver-root /a b -- --log /l create -b {asking} c1"
     )
-    assert "LD_PRELOAD" not in log[3]  # the wrapper starts from a clean environment
-    assert json.dumps(launcher.render("/p", "/r")).count("exec") >= 2
+    assert "LD_PRELOAD" not in log[5]  # the wrapper starts from a clean environment
     with pytest.raises(ValueError, match="absolute"):
         launcher.render("python3")
 
@@ -163,12 +174,6 @@ def test_hooks_d_through_the_cli(tmp_path: Path) -> None:
     )
     assert res.exit_code == 0, res.output
     doc = json.loads((tmp_path / "sro-hook.json").read_text())
-    assert doc["hook"]["args"][:6] == [
-        "/opt/venv/bin/python",
-        "-I",
-        "-m",
-        "sro.node.runtime.hook",
-        "prestart",
-        "--recipe",
-    ]
+    args = doc["hook"]["args"]
+    assert args[:4] == ["/opt/venv/bin/python", "-I", "-S", "-c"] and args[5:7] == ["prestart", "--recipe"]
     assert SIMULATED_GPU.name in doc["hook"]["args"]

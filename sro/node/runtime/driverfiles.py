@@ -14,8 +14,6 @@ are made again inside the container by ldconfig.
 from __future__ import annotations
 
 import fnmatch
-import glob
-import json
 import os
 import re
 import stat
@@ -155,6 +153,8 @@ def find_directories(driver_root: str, rel_dirs: Iterable[str]) -> tuple[FileMou
 
 
 def find_firmware(driver_root: str, patterns: Iterable[str]) -> tuple[FileMount, ...]:
+    import glob  # only here: firmware is the one glob over directories
+
     out: list[FileMount] = []
     for pattern in patterns:
         for rel in sorted(glob.glob(pattern, root_dir=driver_root)):
@@ -172,9 +172,11 @@ def device_aliases(recipe: Recipe, driver_root: str) -> dict[str, str]:
     """
     if not recipe.simulated:
         return {}
+    from sro.node.runtime.hook import loads
+
     try:
         with open(os.path.join(driver_root, SIMULATED_DEVICE_LIST), "rb") as f:
-            doc = json.loads(f.read(4 << 20))
+            doc = loads(f.read(4 << 20))
         return {str(d["uuid"]): str(int(d["index"])) for d in doc["devices"]}
     except (OSError, ValueError, KeyError, TypeError):
         return {}

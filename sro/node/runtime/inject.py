@@ -10,8 +10,10 @@ dies with the container; nothing is mounted in the host's namespace.
 from __future__ import annotations
 
 import os
+import select
+import signal
 import stat
-import subprocess
+import time
 from dataclasses import dataclass
 
 from sro.node.runtime import mounting
@@ -95,22 +97,53 @@ def update_ldcache(root: Root, folders: tuple[str, ...], ldconfig: str) -> None:
     except OSError as e:
         raise InjectError(f"cannot write {LD_CONF} in the rootfs: {e}") from None
     argv = [ldconfig, "-r", f"/proc/self/fd/{root.fd}", *folders]
+    rc, out = spawn_and_wait(argv, CLEAN_ENV, root.fd, LDCONFIG_TIMEOUT_S)
+    if rc != 0:
+        raise InjectError(f"{ldconfig} -r <rootfs> failed ({rc}): {out.decode(errors='replace').strip()}")
+
+
+def spawn_and_wait(argv: list[str], env: dict[str, str], keep_fd: int, timeout: float) -> tuple[int, bytes]:
+    """posix_spawn `argv` with only `keep_fd` passed on, stdout+stderr into a pipe; always reaped.
+
+    Not `subprocess`: importing it costs the hook more than running ldconfig does. The child never
+    holds the hook's own stdout/stderr (runc waits for those to close), and it is killed and reaped
+    on timeout, so no process outlives the hook.
+    """
+    r, w = os.pipe()
+    os.set_inheritable(keep_fd, True)
     try:
-        res = subprocess.run(
+        pid = os.posix_spawn(
+            argv[0],
             argv,
-            env=CLEAN_ENV,
-            cwd="/",
-            pass_fds=(root.fd,),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=LDCONFIG_TIMEOUT_S,
-            check=False,
+            env,
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, w, 1),
+                (os.POSIX_SPAWN_DUP2, w, 2),
+            ],
         )
-    except subprocess.TimeoutExpired:
-        raise InjectError(f"{ldconfig} did not finish in {LDCONFIG_TIMEOUT_S:.0f} s") from None
-    if res.returncode != 0:
-        msg = (res.stderr or res.stdout).decode(errors="replace").strip()
-        raise InjectError(f"{ldconfig} -r <rootfs> failed ({res.returncode}): {msg}")
+    finally:
+        os.set_inheritable(keep_fd, False)
+        os.close(w)
+    out = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                raise InjectError(f"{argv[0]} did not finish in {timeout:.0f} s")
+            ready, _, _ = select.select([r], [], [], left)
+            if ready:
+                chunk = os.read(r, 65536)
+                if not chunk:
+                    break
+                out = (out + chunk)[-65536:]
+    finally:
+        os.close(r)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), out
 
 
 def inject(plan: InjectionPlan, rootfs: str, opts: Options) -> None:

@@ -1,7 +1,7 @@
 """Pure edits of OCI runtime specs and hook entries: what the wrapper, hooks.d and CDI specs write.
 
 Why one module: every place that writes a hook entry must set its `env` explicitly and point `path`
-and `args[0]` at an absolute interpreter with `-I` — runc starts a createContainer hook whose `env`
+and `args[0]` at an absolute interpreter with `-I -S` — runc starts a createContainer hook whose `env`
 is unset with the *container's* environment (LD_PRELOAD from the image runs before any of our code,
 CVE-2025-23266), and Python guesses its venv from `args[0]`. Keeping the one function that builds
 entries here means the runc wrapper, the hooks.d file and the CDI spec cannot drift apart.
@@ -10,8 +10,9 @@ entries here means the runc wrapper, the hooks.d file and the CDI spec cannot dr
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sro.node.runtime.inventory import InjectionPlan
@@ -22,22 +23,43 @@ HOOK_TIMEOUT_S = 30
 HOOKS_D_VERSION = "1.0.0"
 
 
+def package_root() -> str:
+    """The directory holding the `sro` package (a checkout or site-packages)."""
+    import sro
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(sro.__file__)))
+
+
+def bootstrap(module: str, root: str) -> str:
+    """`python -I -S -c` code that runs `module.main` with only the stdlib and `root` on sys.path.
+
+    -S skips site (and with it the venv's .pth files and editable-install finders): about 12 ms of
+    the hook's start-up here; the hook and wrapper need nothing outside the standard library.
+    """
+    return f"import sys;sys.path.insert(0,{root!r});from {module} import main;sys.exit(main(sys.argv[1:]))"
+
+
 @dataclass(frozen=True)
 class HookCommand:
     """How to start the hook: the interpreter, and the options every invocation carries."""
 
-    python: str  # absolute path of the venv's python (args[0] too, so Python finds its venv)
+    python: str  # absolute path of the interpreter (args[0] too)
     options: tuple[str, ...] = ()  # e.g. ("--recipe", "simulated-gpu", "--driver-root", "/x")
+    root: str = field(default_factory=package_root)  # put on sys.path by the bootstrap
 
     def __post_init__(self) -> None:
-        if not self.python.startswith("/"):
-            raise ValueError(f"hook interpreter must be an absolute path, got {self.python!r}")
+        if not self.python.startswith("/") or not self.root.startswith("/"):
+            raise ValueError(f"hook interpreter and package root must be absolute, got {self.python!r}")
+
+    def argv(self, module: str = HOOK_MODULE) -> list[str]:
+        """`python -I -S -c <bootstrap>`: no PYTHON* variables, no site, no cwd on sys.path."""
+        return [self.python, "-I", "-S", "-c", bootstrap(module, self.root)]
 
     def entry(self, stage: str, extra: Sequence[str] = ()) -> dict[str, Any]:
         """An OCI hook entry with an explicit env (never the container's) and a timeout."""
         return {
             "path": self.python,
-            "args": [self.python, "-I", "-m", HOOK_MODULE, stage, *self.options, *extra],
+            "args": [*self.argv(), stage, *self.options, *extra],
             "env": list(HOOK_ENV),
             "timeout": HOOK_TIMEOUT_S,
         }

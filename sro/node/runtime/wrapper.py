@@ -16,10 +16,15 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
-from typing import Any, NoReturn
 
-from sro.node.runtime import activation, driverfiles, hook, inventory, specedits
+from sro.node.runtime import hook
+
+TYPE_CHECKING = False  # no typing import at run time (see hook)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any, NoReturn
+
+    from sro.node.runtime.specedits import HookCommand
 
 RUNC = "/usr/sbin/runc"
 # runc's global flags that take a value (`runc --root X create ...`)
@@ -51,10 +56,16 @@ def find_create_bundle(runc_args: Sequence[str]) -> str | None:
 
 
 def edit_spec(
-    spec: dict[str, Any], args: hook.HookArgs, mode: str, cmd: specedits.HookCommand
+    spec: dict[str, Any], args: hook.HookArgs, mode: str, cmd: HookCommand
 ) -> dict[str, Any] | None:
     """The edited spec, or None when the container asks for no devices (nothing to change)."""
     process = spec.get("process") or {}
+    if not isinstance(process, dict) or not hook.may_ask(
+        {"process": process, "annotations": spec.get("annotations") or {}}
+    ):
+        return None
+    from sro.node.runtime import activation, driverfiles, inventory, specedits
+
     try:
         requests = activation.requests_for(
             args.recipes, process.get("env", []) or [], spec.get("annotations") or {}
@@ -112,7 +123,9 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         bundle = find_create_bundle(runc_args)
         if bundle is not None:
             args = hook.parse_args(["prestart", *opts])
-            cmd = specedits.HookCommand(sys.executable, tuple(opts))
+            from sro.node.runtime.specedits import HookCommand
+
+            cmd = HookCommand(sys.executable, tuple(opts))
             path = os.path.join(bundle, "config.json")
             try:
                 with open(path) as f:

@@ -1,0 +1,150 @@
+"""Pods with `runtimeClassName: sro` get their devices through the runc wrapper, on the real cluster.
+
+containerd's runtime handler `sro` runs the launcher `sro runtime write-launcher` generates (the
+local cluster registers it with a RuntimeClass). The simulated driver is on the host (installed here
+when absent, removed again if this module installed it). Checked: the device node asked for is there
+and the device cgroup allows it (ENXIO, not EPERM), the library and the binary are there, a pod
+asking for nothing and a pod on the default runtime get nothing, and an unknown device id fails the
+container's creation with the hook's reason in the pod status.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sro.api.recipes import SIMULATED_DEVICE_LIST, SIMULATED_GPU
+from sro.local.cluster import LocalCluster
+from sro.local.layout import BUSYBOX_IMAGE, RUNTIME_HANDLER
+
+pytestmark = [pytest.mark.e2e, pytest.mark.root]
+
+SRO = [sys.executable, "-m", "sro"]
+DRIVER_ROOT = Path(SIMULATED_GPU.driver_root)
+SCRIPT = (
+    "ls /dev | grep sro- | tr '\\n' ' '; echo; cat /dev/sro-simgpu0 2>&1; "
+    "test -s /lib/libsimgpu.so.1 && echo HAS-LIB; test -x /bin/simgpu-smi && echo HAS-SMI; true"
+)
+
+
+@pytest.fixture(scope="module")
+def driver() -> Iterator[None]:
+    existing = (DRIVER_ROOT / SIMULATED_DEVICE_LIST).exists()
+    if not existing:
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            f.write("count: 2\n")
+            f.flush()
+            subprocess.run([*SRO, "driver", "simulate", "--config", f.name], check=True, capture_output=True)
+    yield
+    if not existing:
+        subprocess.run([*SRO, "driver", "simulate", "--remove"], check=False, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def runtime(cluster: LocalCluster, driver: None) -> str:
+    """The handler's launcher, written by this checkout (what `sro local up` does)."""
+    subprocess.run([*SRO, "runtime", "write-launcher", str(cluster.runtime_launcher)], check=True)
+    rc = json.loads(cluster.kubectl("get", "runtimeclass", RUNTIME_HANDLER, "-o", "json").stdout)
+    assert rc["handler"] == RUNTIME_HANDLER
+    return RUNTIME_HANDLER
+
+
+def _pod(cluster: LocalCluster, env: dict[str, str], runtime_class: str | None) -> str:
+    name = f"sro-e2e-runtime-{uuid.uuid4().hex[:6]}"
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 1,
+        "containers": [
+            {
+                "name": "c",
+                "image": BUSYBOX_IMAGE,
+                "imagePullPolicy": "Never",
+                "command": ["sh", "-c", SCRIPT],
+                "env": [{"name": k, "value": v} for k, v in env.items()],
+            }
+        ],
+    }
+    if runtime_class:
+        spec["runtimeClassName"] = runtime_class
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": spec,
+    }
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
+    return name
+
+
+def _wait(cluster: LocalCluster, name: str, timeout: float = 120) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        pod: dict[str, Any] = json.loads(cluster.kubectl("get", "pod", name, "-o", "json").stdout)
+        status = pod.get("status", {})
+        if status.get("phase") in ("Succeeded", "Failed"):
+            return pod
+        for cs in status.get("containerStatuses", []):
+            waiting = cs.get("state", {}).get("waiting", {})
+            if waiting.get("reason") in ("RunContainerError", "CreateContainerError", "StartError"):
+                return pod
+            if cs.get("state", {}).get("terminated"):
+                return pod
+        if time.monotonic() > deadline:
+            raise AssertionError(f"pod {name} did not finish: {json.dumps(status)[:2000]}")
+        time.sleep(1)
+
+
+@pytest.fixture
+def pods(cluster: LocalCluster) -> Iterator[list[str]]:
+    names: list[str] = []
+    yield names
+    for n in names:
+        cluster.kubectl("delete", "pod", n, "--ignore-not-found", "--wait=false", check=False)
+
+
+def _logs(cluster: LocalCluster, name: str) -> str:
+    return cluster.kubectl("logs", name, check=False).stdout
+
+
+def test_pod_gets_its_device_through_the_wrapper(
+    cluster: LocalCluster, runtime: str, pods: list[str]
+) -> None:
+    pods.append(name := _pod(cluster, {"SRO_VISIBLE_DEVICES": "0"}, runtime))
+    pod = _wait(cluster, name)
+    out = _logs(cluster, name)
+    assert pod["status"]["phase"] == "Succeeded", json.dumps(pod["status"])[:2000]
+    first = out.splitlines()[0].split()
+    assert "sro-simgpu0" in first and "sro-simgpuctl" in first and "sro-simgpu1" not in first, out
+    assert "No such device or address" in out and "Operation not permitted" not in out, out
+    assert "HAS-LIB" in out and "HAS-SMI" in out, out
+
+
+def test_no_request_or_default_runtime_gets_nothing(
+    cluster: LocalCluster, runtime: str, pods: list[str]
+) -> None:
+    pods.append(asks_nothing := _pod(cluster, {}, runtime))
+    pods.append(default_runtime := _pod(cluster, {"SRO_VISIBLE_DEVICES": "0"}, None))
+    for name in (asks_nothing, default_runtime):
+        pod = _wait(cluster, name)
+        out = _logs(cluster, name)
+        assert pod["status"]["phase"] == "Succeeded", json.dumps(pod["status"])[:2000]
+        assert "sro-" not in out.splitlines()[0] and "HAS-LIB" not in out, out
+
+
+def test_unknown_device_fails_the_container_with_the_reason(
+    cluster: LocalCluster, runtime: str, pods: list[str]
+) -> None:
+    pods.append(name := _pod(cluster, {"SRO_VISIBLE_DEVICES": "99"}, runtime))
+    pod = _wait(cluster, name)
+    status = json.dumps(pod["status"])
+    assert pod["status"].get("phase") != "Succeeded"
+    assert "unknown device id '99'" in status, status[:3000]

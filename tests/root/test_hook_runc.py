@@ -104,3 +104,22 @@ def test_uuid_from_the_simulated_driver_list(bundle: Bundle, driver: Driver) -> 
     bundle.add_hook("prestart", hook_entry(driver))
     out = bundle.run("ls /dev/ | grep sro- | tr '\\n' ' '", env=[f"SRO_VISIBLE_DEVICES={uuid1}"]).stdout
     assert "sro-simgpu1 " in out and "sro-simgpu0" not in out
+
+
+@pytest.mark.parametrize("extra", [["--mount-api", "old"], ["--resolver", "walk"], ["--ldconfig", "none"]])
+def test_fallbacks_work_the_same(bundle: Bundle, driver: Driver, extra: list[str]) -> None:
+    """mount(2) on /proc/self/fd instead of open_tree/move_mount; the component walk instead of openat2."""
+    bundle.add_hook("prestart", hook_entry(driver, "prestart", extra))
+    before_mounts = mount_points()
+    res = bundle.run(CHECK, env=["SRO_VISIBLE_DEVICES=0"])
+    out = res.stdout + res.stderr
+    assert "No such device or address" in out and "simgpu-smi" in out, out
+    if extra[0] == "--ldconfig":
+        assert "=> /lib/libsimgpu.so.1" not in out
+    else:
+        assert "=> /lib/libsimgpu.so.1" in out, out
+    # read-only, nosuid, nodev in both mount APIs
+    res = bundle.run("grep simgpu /proc/self/mountinfo", env=["SRO_VISIBLE_DEVICES=0"])
+    lines = res.stdout.strip().splitlines()
+    assert len(lines) == 3 and all(" ro," in ln and "nosuid" in ln and "nodev" in ln for ln in lines), res.stdout
+    assert mount_points() == before_mounts

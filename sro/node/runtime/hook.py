@@ -2,9 +2,11 @@
 
 Why it is written this way:
   * It sits on every container start, so it imports only the standard library and this package's
-    pure modules (no click, yaml, grpc); run it as `python -I -m sro.node.runtime.hook STAGE ...`
-    (`-I`: no PYTHON* variables, no current directory on sys.path — the current directory of a
-    createContainer hook is the image's root, where a hostile image could plant `sro/`).
+    pure modules (no click, yaml, grpc, not even `json` or `typing`), and a container that cannot be
+    asking for devices is let through before the recipes are imported. Entries start it as
+    `python -I -S -c <bootstrap> STAGE ...` (see specedits.HookCommand): `-I` drops PYTHON*
+    variables and keeps the current directory off sys.path (a createContainer hook starts in the
+    image's root, where a hostile image could plant `sro/`); `-S` skips site (~12 ms).
   * Everything that can be refused is checked before anything is changed: the state JSON, the
     bundle's config.json, the request (unknown device ids), the driver's files, the host ldconfig.
     Bad input therefore fails the container's start with a message and leaves the host as it was.

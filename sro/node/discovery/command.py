@@ -197,6 +197,7 @@ def discover_command(
             p = Publisher(api_factory(), node_name).cleanup()
             click.echo(f"node {node_name}: removed {len(p.remove_labels)} label(s)")
             return
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # one GET per pass is not news
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())

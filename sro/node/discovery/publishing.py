@@ -154,12 +154,16 @@ class Publisher:
             )
         self._reported_foreign = p.foreign
         if p.changed:
+            changes = [*p.set_labels, *(f"-{k}" for k in p.remove_labels)]
+            shown = ", ".join(k.removeprefix(NFD_PREFIX) for k in changes[:12])
+            more = f" and {len(changes) - 12} more" if len(changes) > 12 else ""
             log.info(
-                "node %s: set %d label(s), removed %d: %s",
+                "node %s: set %d label(s), removed %d: %s%s",
                 self.node_name,
                 len(p.set_labels),
                 len(p.remove_labels),
-                ", ".join([*p.set_labels, *(f"-{k}" for k in p.remove_labels)]),
+                shown,
+                more,
             )
         return p
 

@@ -1,0 +1,151 @@
+"""Feature discovery: one full pass (8-GPU fake tree, this machine) and the daemon's resident memory.
+
+Baselines, measured in the same run:
+- a pass vs. only reading the same files and listing the same directories (captured with a
+  Recording of one pass), with plain open()/scandir(): the cost of discovery's own logic on top of
+  the unavoidable I/O;
+- the daemon (`sro discover --publish`, publishing every 0.2 s to a small in-process API server that
+  serves one Node with GET and merge PATCH) vs. a bare `python -c` process of the same interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+from benchmarks.harness import Figure, percentile, rss_mib, timings
+from sro.host.reading import Recording
+from sro.host.root import HostRoot
+from sro.node.discovery.command import discover
+from sro.node.discovery.config import Config
+
+ROOT = Path(__file__).resolve().parent.parent
+GPU_TREE = ROOT / "tests" / "hosts" / "nvidia-8gpu" / "root"
+
+
+def _read_same_files(recording: Recording) -> None:
+    for d in recording.dirs:
+        try:
+            with os.scandir(d) as it:
+                for _ in it:
+                    pass
+        except OSError:
+            pass
+    for f in recording.files:
+        try:
+            with open(f, "rb") as fh:
+                fh.read()
+        except OSError:
+            pass
+
+
+def _pass_figures(name: str, host: HostRoot, repeat: int) -> list[Figure]:
+    recording = Recording()
+    discover(host, Config(), recording)
+    work = timings(lambda: discover(host, Config()), repeat)
+    base = timings(lambda: _read_same_files(recording), repeat)
+    figs = [
+        Figure(f"discovery pass, {name} (median)", percentile(work, 50) * 1e3, percentile(base, 50) * 1e3, "ms",
+               f"read the same {len(recording.files)} files + {len(recording.dirs)} dirs",
+               "well under 50 ms" if "8-GPU" in name else ""),
+        Figure(f"discovery pass, {name} (p95)", percentile(work, 95) * 1e3, percentile(base, 95) * 1e3, "ms",
+               "same, p95"),
+    ]  # fmt: skip
+    return figs
+
+
+class _NodeServer(BaseHTTPRequestHandler):
+    node: ClassVar[dict[str, Any]] = {}
+    lock = threading.Lock()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _send(self, code: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        with self.lock:
+            self._send(200, self.node)
+
+    def do_PATCH(self) -> None:
+        patch = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["metadata"]
+        with self.lock:
+            md = self.node["metadata"]
+            for key in ("labels", "annotations"):
+                for k, v in patch.get(key, {}).items():
+                    if v is None:
+                        md[key].pop(k, None)
+                    else:
+                        md[key][k] = v
+            md["resourceVersion"] = str(int(md["resourceVersion"]) + 1)
+            self._send(200, self.node)
+
+
+def _daemon_rss(seconds: float = 4.0) -> tuple[float, float]:
+    _NodeServer.node = {"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": "bench", "labels": {"kubernetes.io/hostname": "bench"}, "annotations": {}, "resourceVersion": "1"}}  # fmt: skip
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _NodeServer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    with tempfile.TemporaryDirectory() as tmp:
+        kubeconfig = Path(tmp) / "kubeconfig"
+        kubeconfig.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "bench",
+            "clusters": [{"name": "bench", "cluster": {"server": f"http://127.0.0.1:{server.server_port}"}}],
+            "users": [{"name": "bench", "user": {"token": "bench"}}],
+            "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench"}}],
+        }))  # fmt: skip
+        argv = [sys.executable, "-m", "sro", "discover", "--publish", "--node-name", "bench",
+                "--kubeconfig", str(kubeconfig), "--sleep-interval", "0.2s"]  # fmt: skip
+        daemon = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        bare = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            time.sleep(seconds)
+            labelled = len(_NodeServer.node["metadata"]["labels"]) > 1
+            if not labelled or daemon.poll() is not None:
+                raise RuntimeError("the daemon did not publish to the benchmark API server")
+            return _hwm_mib(daemon.pid), rss_mib(bare.pid)
+        finally:
+            for p in (daemon, bare):
+                p.terminate()
+                p.wait(timeout=10)
+            server.shutdown()
+
+
+def _hwm_mib(pid: int) -> float:
+    """Peak resident memory (VmHWM) of a process: what a memory limit must allow."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return rss_mib(pid)
+
+
+def run() -> list[Figure]:
+    figures = _pass_figures("8-GPU tree", HostRoot.at(GPU_TREE), repeat=200)
+    figures += _pass_figures("this machine", HostRoot.at("/"), repeat=100)
+    daemon, bare = _daemon_rss()
+    figures.append(
+        Figure("discovery daemon peak RSS", daemon, bare, "MiB", "bare `python -c` process", "< 64 MiB")
+    )
+    return figures
+
+
+if __name__ == "__main__":
+    for f in run():
+        print(
+            f"{f.name}: {f.value:.2f} {f.unit} vs {f.baseline:.2f} ({f.baseline_name}) = {f.ratio:.1f}x {f.target}"
+        )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,6 +119,13 @@ class HostReader:
         if self.recording is not None:
             self.recording.dirs[path] = entries
         return [name for name, _ in entries]
+
+    def is_char_device(self, path: Path) -> bool:
+        """True for a real device node (a fake tree's regular file stand-in is not one)."""
+        try:
+            return stat.S_ISCHR(os.stat(path).st_mode)
+        except OSError:
+            return False
 
     def exists(self, path: Path) -> bool:
         ok = os.path.exists(path)

@@ -5,9 +5,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from sro.api.recipes import NVIDIA_GPU, SIMULATED_GPU
 from sro.devices.model import Device, DeviceUUID, MigDevice
+from sro.host.root import HostRoot
 from sro.node.discovery.accelerators import family, gfd_labels, sanitise
+from sro.node.discovery.command import discover
+from sro.node.discovery.config import Config
 
 GOLDEN = Path(__file__).resolve().parent.parent / "hosts" / "nvidia-8gpu" / "expected-gfd-labels.txt"
 
@@ -54,3 +59,22 @@ def test_family_and_sanitise() -> None:
     assert gfd_labels([], NVIDIA_GPU) == {}
     odd = gfd_labels([a100(0, product="T4")], NVIDIA_GPU, driver_version="garbage")
     assert "nvidia.com/cuda.driver-version.full" not in odd and odd["nvidia.com/mig.capable"] == "false"
+
+
+@pytest.mark.gpu
+def test_real_nvidia_gpus_get_gfd_labels() -> None:
+    """On a machine with an NVIDIA GPU and driver: NVML's inventory becomes nvidia.com labels."""
+    import subprocess
+
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, check=True).stdout.strip().splitlines()  # fmt: skip
+    labeling = discover(HostRoot.at("/"), Config())
+    labels = labeling.labels
+    assert not [p for p in labeling.problems if "nvidiactl" in p.path], labeling.problems
+    assert labels["nvidia.com/gpu.count"] == str(len(smi))
+    name, memory = (v.strip() for v in smi[0].split(","))
+    assert labels["nvidia.com/gpu.product"] == sanitise(name)
+    assert labels["nvidia.com/gpu.memory"] == memory
+    assert int(labels["nvidia.com/gpu.compute.major"]) >= 3
+    assert labels["nvidia.com/cuda.driver-version.full"].count(".") >= 1
+    assert not any("simulated" in k for k in labels if k.startswith("nvidia.com/"))

@@ -8,12 +8,12 @@ For a simulated recipe the same facts go under the recipe's own prefix
 selector written for real NVIDIA hardware ever matches a simulated device.
 
 The source reads the simulated driver's device list from the host (through the HostReader, so fake
-trees and `capture-host` see it) and asks NVML only where the host has an NVIDIA control node.
+trees and `capture-host` see it) and asks NVML (`sro.devices.nvml`) only where the host has a real
+NVIDIA control node (a character device, so a fake tree never reaches the real driver).
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
 from collections.abc import Sequence
@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from sro.api.recipes import NVIDIA_GPU, SIMULATED_DEVICE_LIST, SIMULATED_DRIVER_ROOT, SIMULATED_GPU, Recipe
 from sro.devices.driverstate import DriverStateError, inventory_from_doc
 from sro.devices.model import Device, DeviceUUID, Inventory
+from sro.devices.nvml import NvmlBackend
 from sro.host.reading import HostReader
 from sro.node.discovery.config import Config
 from sro.node.discovery.features import Attrs, Features
@@ -133,7 +134,7 @@ class AcceleratorSource:
                 inventories.append(inventory_from_doc(json.loads(data), str(path)))
             except (json.JSONDecodeError, DriverStateError) as e:
                 reader.problem(path, f"unusable simulated device list ({e})")
-        if reader.exists(reader.host.dev / "nvidiactl"):
+        if reader.is_char_device(reader.host.dev / "nvidiactl"):
             inventories.extend(self._nvml(reader))
         drivers = {inv.backend: inv.driver_version for inv in inventories}
         machine = reader.read_value(reader.host.sys / "class/dmi/id/product_name") or ""
@@ -144,21 +145,16 @@ class AcceleratorSource:
 
     @staticmethod
     def _nvml(reader: HostReader) -> list[Inventory]:
-        """NVML's inventory, when the device backends provide one (`sro.devices.nvml`)."""
+        """NVML's inventory (the device backends' `nvml` backend) on a node with an NVIDIA driver."""
         try:
-            module = importlib.import_module("sro.devices.nvml")
-            backend = module.NvmlBackend()
+            backend = NvmlBackend(reader.host.sys)
             try:
-                inventory = backend.inventory()
+                return [backend.inventory()]
             finally:
                 backend.close()
-        except ModuleNotFoundError:
-            reader.warn("sro.devices.nvml", "no NVML backend in this build; NVIDIA GPU labels skipped")
+        except Exception as e:  # no libnvidia-ml, driver mismatch, NVML errors: report, keep discovering
+            reader.problem(reader.host.dev / "nvidiactl", f"NVML inventory failed: {type(e).__name__}: {e}")
             return []
-        except Exception as e:  # NVML errors are many and untyped: report, keep discovering
-            reader.problem(reader.host.dev / "nvidiactl", f"NVML inventory failed: {e}")
-            return []
-        return [inventory] if isinstance(inventory, Inventory) else []
 
     def labels(self, features: Features, config: Config) -> dict[str, str]:
         out: dict[str, str] = {}

@@ -61,7 +61,13 @@ class HostReader:
     def read_bytes(self, path: Path, *, required: bool = False, limit: int = DEFAULT_LIMIT) -> bytes | None:
         """The file's bytes, or None. A missing file is a problem only when `required`."""
         try:
-            with open(path, "rb") as f:
+            # O_NONBLOCK: a FIFO dropped where a feature file belongs must not hang the daemon;
+            # only regular files are read (sysfs and procfs attributes are regular files).
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            with open(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    self.problem(path, "not a regular file, ignored")
+                    return None
                 data = f.read(limit + 1)
         except FileNotFoundError:
             if required:

@@ -111,5 +111,5 @@ def test_capture_round_trip(tmp_path: Path) -> None:
     write_tree(recording, host, tmp_path)
     again = discover(HostRoot.at(tmp_path), Config())
     assert again.labels == live.labels
-    # only what discovery reads is captured: the modalias files are never read
-    assert not list(tmp_path.rglob("modalias"))
+    # only what discovery reads is captured: sysfs files no source opens are left out
+    assert not list(tmp_path.rglob("address")) and list((HOSTS / "nvidia-8gpu" / "root").rglob("address"))

@@ -258,3 +258,26 @@ def test_disabled_sources_are_not_read(tmp_path: Path) -> None:
     labeling = discover(HostRoot.at(tmp_path), config)
     assert set(labeling.labels) == {NFD + "system-os_release.ID"}
     assert not any(p.path.endswith("cpuinfo") for p in labeling.problems)
+
+
+def test_odd_files_fifo_eio_and_garbage_modalias(tmp_path: Path) -> None:
+    import os
+
+    pci_dev(tmp_path, "0000:01:00.0", modalias="pci:v000010DEd000020B0sv000010DEsd0000134Fbc03sc02i00")
+    pci_dev(tmp_path, "0000:02:00.0", modalias="\x01garbage")
+    pci_dev(tmp_path, "0000:03:00.0", cls="0x120000", vendor="0x8086")
+    eio = tmp_path / "sys/bus/pci/devices/0000:03:00.0/device"
+    eio.unlink()
+    eio.symlink_to("/proc/self/mem")  # a real file whose read fails (EIO), even for root
+    fifo_dir = tmp_path / "etc/kubernetes/node-feature-discovery/features.d"
+    fifo_dir.mkdir(parents=True)
+    os.mkfifo(fifo_dir / "a-fifo")  # must not block the pass
+    write(fifo_dir, "ok", "fine\n")
+    labeling = discover(HostRoot.at(tmp_path), parse_config("core: {featureSources: [pci, local]}"))
+    assert labeling.labels == {NFD + "pci-0302_10de.present": "true", NFD + "fine": "true"}
+    problems = {p.path: p.message for p in labeling.problems}
+    assert "EIO" in problems[str(eio)]
+    assert "not a regular file" in problems[str(fifo_dir / "a-fifo")]
+    warnings = {p.path: p.message for p in labeling.warnings}
+    assert "not a PCI modalias" in warnings[str(tmp_path / "sys/bus/pci/devices/0000:02:00.0/modalias")]
+    assert labeling.degraded == {"pci", "local"}

@@ -1,18 +1,24 @@
 """PCI feature source: devices from sysfs, labelled `pci-<fields>.present` as NFD does.
 
-Reads class, vendor, device, subsystem ids (mandatory, as in NFD) and the optional SR-IOV and IOMMU
-attributes of each device under `/sys/bus/pci/devices`. A device whose mandatory attribute is
+Reads class, vendor, device, subsystem ids (mandatory, as in NFD) and the optional SR-IOV, IOMMU and
+modalias attributes of each device under `/sys/bus/pci/devices`. A device whose mandatory attribute is
 missing or not hex is skipped with a problem naming the file; every other device still counts.
 """
 
 from __future__ import annotations
+
+import re
 
 from sro.host.reading import HostReader
 from sro.node.discovery.config import PCI_FIELDS, Config
 from sro.node.discovery.features import Attrs, Features, is_hex, nfd_key
 
 NAME = "pci"
-OPTIONAL = ("sriov_totalvfs", "sriov_numvfs", "iommu_group/type")
+OPTIONAL = ("sriov_totalvfs", "sriov_numvfs", "iommu_group/type", "modalias")
+# What the kernel writes (drivers/pci/pci-sysfs.c): module autoloading matches on this string.
+MODALIAS = re.compile(
+    r"pci:v[0-9A-F]{8}d[0-9A-F]{8}sv[0-9A-F]{8}sd[0-9A-F]{8}bc[0-9A-F]{2}sc[0-9A-F]{2}i[0-9A-F]{2}"
+)
 
 
 def read_attr(reader: HostReader, dev: str, attr: str, required: bool) -> str | None:
@@ -21,6 +27,12 @@ def read_attr(reader: HostReader, dev: str, attr: str, required: bool) -> str | 
     raw = reader.read_value(path, required=required)
     if raw is None:
         return None
+    if attr == "modalias":
+        if not MODALIAS.fullmatch(raw):
+            # Bad content read fine: the device still counts; report it, removals go on.
+            reader.warn(path, f"not a PCI modalias: {raw[:60]!r}; ignored")
+            return None
+        return raw
     value = raw.removeprefix("0x").lower()
     if attr in PCI_FIELDS:
         want = 6 if attr == "class" else 4

@@ -145,8 +145,13 @@ def runtime(args: tuple[str, ...]) -> None:
         click.echo(wrapper.__doc__)
         return
     if args and args[0] == "write-launcher":
-        if len(args) < 2:
-            raise click.UsageError("write-launcher needs a PATH")
+        if len(args) < 2 or args[1].startswith("-"):
+            if len(args) > 1 and args[1] in ("-h", "--help"):
+                click.echo(launcher.__doc__)
+                return
+            raise click.UsageError(
+                "write-launcher needs a PATH (sro runtime write-launcher PATH [--mode hook|cdi])"
+            )
         rest = list(args[2:])
         mode = "hook"
         if "--mode" in rest:

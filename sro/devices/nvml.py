@@ -192,10 +192,9 @@ class NvmlBackend:
                     log.warning(
                         "GPU %s (%s) is too old for health events; health checks off for it", d.index, d.uuid
                     )
-                except nvml.NVMLError as e:
-                    yield HealthEvent(
-                        "lost", d.uuid, time.monotonic(), message=f"cannot watch health events: {e}"
-                    )
+                except nvml.NVMLError as e:  # unwatchable: unhealthy until the plugin restarts (as NVIDIA)
+                    msg = f"cannot watch health events: {e}"
+                    yield HealthEvent("lost", d.uuid, time.monotonic(), sticky=True, message=msg)
             while not stop.is_set():
                 try:
                     data = nvml.nvmlEventSetWait_v2(event_set, WAIT_MS)

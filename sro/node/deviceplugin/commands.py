@@ -110,9 +110,10 @@ def device_plugin(
         log.info("signal %s: stopping", signum)
         stop.set()
 
+    plugin = Plugin(recipe, backend, plugin_dir, config_path, resource_name, driver_root)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    plugin = Plugin(recipe, backend, plugin_dir, config_path, resource_name, driver_root)
+    signal.signal(signal.SIGHUP, lambda signum, frame: plugin.request_restart())
     log.info(
         "sro device plugin: recipe %s (%s backend), kubelet dir %s", recipe.name, backend.name, plugin_dir
     )

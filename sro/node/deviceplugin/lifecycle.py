@@ -105,11 +105,19 @@ class Plugin:
         self._kubelet_appeared = 0.0
         self._last_liveness = 0.0
         self._next_load = 0.0
+        self._restart_requested = False
+
+    def request_restart(self) -> None:
+        """Rebuild and re-register everything on the next loop (SIGHUP, as NVIDIA's plugin does)."""
+        self._restart_requested = True
 
     # --- configuration and inventory -------------------------------------------------------
     def load(self) -> bool:
         """(Re)build plans and servers when the config file changed or nothing is served yet."""
         ident = _identity(self.config_path) if self.config_path else None
+        if self._restart_requested:
+            self._restart_requested = False
+            self._config_ident = False
         if self.slots and ident == self._config_ident:
             return False
         now = self.clock()

@@ -1,0 +1,54 @@
+"""The device-plugin manifests render, and ask for no more privilege than the plugin needs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sro.manifests import render
+
+
+def _objects(**values: Any) -> dict[str, Any]:
+    docs = render(
+        "device-plugin", image="localhost/sro:test", namespace="sro-system", pull_policy="Never", **values
+    )
+    return {d["kind"]: d for d in docs}
+
+
+@pytest.mark.parametrize("recipe", ["simulated-gpu", "nvidia-gpu"])
+def test_least_privilege(recipe: str) -> None:
+    objs = _objects(recipe=recipe)
+    assert sorted(objs) == ["ConfigMap", "DaemonSet", "Namespace", "ServiceAccount"]
+    assert objs["ServiceAccount"]["automountServiceAccountToken"] is False
+    pod = objs["DaemonSet"]["spec"]["template"]["spec"]
+    assert (
+        pod["automountServiceAccountToken"] is False
+        and pod["serviceAccountName"] == objs["ServiceAccount"]["metadata"]["name"]
+    )
+    assert "hostNetwork" not in pod and "hostPID" not in pod and "hostIPC" not in pod
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (c,) = pod["containers"]
+    sc = c["securityContext"]
+    assert sc == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert c["resources"]["limits"]["memory"]
+    host_paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    assert "/var/lib/kubelet/device-plugins" in host_paths and len(host_paths) == 2
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert mounts["driver-root"]["readOnly"] and mounts["config"]["readOnly"]
+    assert f"--recipe={recipe}" in c["command"]
+
+
+def test_simulated_is_labelled_and_config_is_passed() -> None:
+    objs = _objects(recipe="simulated-gpu", plugin_config="health:\n  recoverAfterSeconds: 2\n")
+    ds = objs["DaemonSet"]
+    assert ds["metadata"]["labels"]["sro.dev/simulated"] == "true"
+    assert ds["spec"]["template"]["metadata"]["labels"]["sro.dev/simulated"] == "true"
+    assert objs["ConfigMap"]["data"]["config.yaml"].strip() == "health:\n  recoverAfterSeconds: 2"
+    host = {v["hostPath"]["path"] for v in ds["spec"]["template"]["spec"]["volumes"] if "hostPath" in v}
+    assert "/var/lib/sro/driver/simulated-gpu" in host
+    assert "sro.dev/simulated" not in _objects(recipe="nvidia-gpu")["DaemonSet"]["metadata"]["labels"]

@@ -1,0 +1,108 @@
+"""`sro driver simulate`, `sro simulate fault` and `sro device-plugin --oneshot` on a temp tree."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from sro.devices import simconfig
+from sro.devices.commands import driver, simulate
+from sro.node.deviceplugin.commands import device_plugin
+
+EXAMPLES = resources.files("sro.devices") / "examples"
+
+
+@pytest.mark.parametrize("name", ["8gpu-nvlink.yaml", "4gpu-mig.yaml"])
+def test_examples_parse(name: str) -> None:
+    inv = simconfig.parse(yaml.safe_load((EXAMPLES / name).read_text()))
+    assert inv.simulated and inv.devices
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    (tmp_path / "proc-devices").write_text(Path("/proc/devices").read_text())
+    (tmp_path / "devices.yaml").write_text((EXAMPLES / "4gpu-mig.yaml").read_text())
+    return tmp_path
+
+
+def _driver(tree: Path, *args: str) -> list[str]:
+    return ["--driver-root", str(tree / "root"), *args]
+
+
+@pytest.mark.root
+def test_driver_simulate_fault_clear_remove(tree: Path) -> None:
+    runner = CliRunner()
+    r = runner.invoke(
+        driver,
+        ["simulate", "--config", str(tree / "devices.yaml"), "--dev-root", str(tree / "dev"),
+         "--proc-devices", str(tree / "proc-devices"), *_driver(tree)],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "4 SIMULATED devices" in r.output and (tree / "dev" / "sro-simgpu3").exists()
+    inv = json.loads((tree / "root" / "devices.json").read_text())
+    mig = inv["devices"][0]["mig"][1]["uuid"]
+
+    r = runner.invoke(simulate, ["fault", "--device", "2", "--device", mig, "--xid", "48", *_driver(tree)])
+    assert r.exit_code == 0, r.output
+    faults = json.loads((tree / "root" / "faults.json").read_text())["faults"]
+    assert sorted(faults) == sorted([inv["devices"][2]["uuid"], mig]) and {
+        f["xid"] for f in faults.values()
+    } == {48}
+
+    r = runner.invoke(
+        device_plugin, ["--recipe", "simulated-gpu", "--driver-root", str(tree / "root"), "--oneshot"]
+    )
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["simulated"] and out["backend"] == "simulated"
+    health = {d["index"]: d["healthy"] for d in out["resources"]["sro.dev/simulated-gpu"]}
+    assert health == {"0": True, "1": True, "2": False, "3": True}
+
+    cfg = tree / "mixed.yaml"
+    cfg.write_text("flags: {migStrategy: mixed}\n")
+    r = runner.invoke(
+        device_plugin,
+        ["--recipe", "simulated-gpu", "--driver-root", str(tree / "root"), "--config", str(cfg), "--oneshot"],
+    )
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)["resources"]
+    assert sorted(res) == [
+        "sro.dev/simulated-gpu",
+        "sro.dev/simulated-gpu-mig-1g.5gb",
+        "sro.dev/simulated-gpu-mig-3g.20gb",
+    ]
+    assert [d["healthy"] for d in res["sro.dev/simulated-gpu-mig-1g.5gb"]] == [True, False, True]
+
+    r = runner.invoke(simulate, ["fault", "--all", "--clear", *_driver(tree)])
+    assert r.exit_code == 0 and len(json.loads(r.output)["cleared"]) == 2
+
+    r = runner.invoke(driver, ["simulate", "--remove", "--dev-root", str(tree / "dev"), *_driver(tree)])
+    assert r.exit_code == 0 and not (tree / "dev" / "sro-simgpu0").exists() and not (tree / "root").exists()
+
+
+def test_bad_input_is_a_clear_error(tree: Path) -> None:
+    runner = CliRunner()
+    r = runner.invoke(simulate, ["fault", "--device", "0", *_driver(tree)])
+    assert r.exit_code == 1 and "sro driver simulate" in r.output
+    r = runner.invoke(simulate, ["fault", *_driver(tree)])
+    assert r.exit_code == 2 and "--device" in r.output
+    (tree / "bad.yaml").write_text("count: many\n")
+    r = runner.invoke(driver, ["simulate", "--config", str(tree / "bad.yaml"), *_driver(tree)])
+    assert r.exit_code == 1 and "count" in r.output
+    r = runner.invoke(driver, ["simulate", *_driver(tree)])
+    assert r.exit_code == 2 and "--config" in r.output
+
+
+@pytest.mark.root
+def test_unknown_device_names_the_known_ones(tree: Path) -> None:
+    runner = CliRunner()
+    args = ["simulate", "--config", str(tree / "devices.yaml"), "--dev-root", str(tree / "dev"),
+            "--proc-devices", str(tree / "proc-devices"), *_driver(tree)]  # fmt: skip
+    assert runner.invoke(driver, args).exit_code == 0
+    r = runner.invoke(simulate, ["fault", "--device", "GPU-nope", *_driver(tree)])
+    assert r.exit_code == 1 and "no such simulated device" in r.output and "0=GPU-" in r.output

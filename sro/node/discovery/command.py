@@ -115,6 +115,7 @@ def run_daemon(
         except Exception as e:  # API server away, bad kubeconfig, RBAC: warn, keep running
             delay = min(backoff.next(), every) if every > 0 else backoff.next()
             log.warning("publishing labels to node %s failed: %s; retrying in %gs", node_name, e, delay)
+            publisher = None  # a fresh client next time: re-reads a rotated service-account token
             if oneshot:
                 return 1
         if oneshot:

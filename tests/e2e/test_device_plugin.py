@@ -205,6 +205,10 @@ def test_pod_gets_exactly_two_devices(
     for path, err in nodes.items():
         assert "No such device or address" in err, f"{path}: {err}"  # ENXIO, not EPERM
     assert "OTHER" in logs and "Operation not permitted" in logs.split("OTHER", 1)[1], logs
+    # the kubelet asked for a preferred pair and got an NVLink-joined one (islands [0, 1] and [2, 3])
+    assert "GetPreferredAllocation 2 of" in plugin_logs(cluster)
+    if len(by_uuid) == 4:
+        assert sorted(by_uuid[u]["index"] for u in uuids) in ([0, 1], [2, 3]), uuids
 
 
 def test_too_many_stays_pending_with_the_schedulers_reason(
@@ -270,3 +274,18 @@ def test_kubelet_restart_leads_to_reregistration(cluster: LocalCluster, plugin: 
         f"\nFIGURE re-registration after kubelet restart: {latencies[-1]:.3f}s after kubelet.sock reappeared"
     )
     assert latencies[-1] < 30, latencies
+
+
+def test_plugin_socket_vanishing_is_repaired(cluster: LocalCluster, plugin: int) -> None:
+    sock = Path("/var/lib/kubelet/device-plugins") / "sro-sro.dev_simulated-gpu.sock"
+    assert sock.is_socket()
+    before = len(re.findall(r"registered with the kubelet", plugin_logs(cluster)))
+    sock.unlink()
+    wait_for(
+        "the plugin to notice and register again",
+        lambda: len(re.findall(r"registered with the kubelet", plugin_logs(cluster))) > before,
+        timeout=60,
+    )
+    assert sock.is_socket()
+    assert "its socket disappeared" in plugin_logs(cluster)
+    wait_for(f"{RESOURCE} allocatable", lambda: node_resource(cluster, "allocatable") == plugin, timeout=60)

@@ -100,6 +100,13 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):  # type: ignore[m
                     "%s: GetPreferredAllocation failed; answering with no preference", self.core.resource
                 )
                 ids = []
+            log.info(
+                "%s: GetPreferredAllocation %d of %d available -> %s",
+                self.core.resource,
+                req.allocation_size,
+                len(req.available_deviceIDs),
+                ids,
+            )
             responses.append(api_pb2.ContainerPreferredAllocationResponse(deviceIDs=ids))
         return api_pb2.PreferredAllocationResponse(container_responses=responses)
 

@@ -338,3 +338,36 @@ def test_missing_driver_is_retried(
     finally:
         running.close()
         kubelet.stop()
+
+
+@pytest.mark.gpu
+def test_nvml_plugin_against_a_fake_kubelet(tmp_path: Path) -> None:
+    """On an NVIDIA GPU machine: the real NVML backend behind the same plugin and gRPC calls."""
+    from sro.api.recipes import NVIDIA_GPU
+    from sro.devices.nvml import NvmlBackend
+
+    plugin_dir = tmp_path / "device-plugins"
+    plugin_dir.mkdir()
+    kubelet = FakeKubelet(plugin_dir)
+    backend = NvmlBackend()
+    gpus = backend.inventory().devices
+    running = Running(Plugin(NVIDIA_GPU, backend, plugin_dir, poll=0.05))
+    try:
+        wait_until(lambda: kubelet.requests, timeout=30)
+        assert kubelet.requests[0].resource_name == "nvidia.com/gpu"
+        channel = grpc.insecure_channel(f"unix://{plugin_dir / socket_name('nvidia.com/gpu')}")
+        stub = api_pb2_grpc.DevicePluginStub(channel)
+        listed = next(stub.ListAndWatch(api_pb2.Empty(), timeout=10))
+        assert [d.ID for d in listed.devices] == [g.uuid for g in gpus]
+        assert all(d.health == "Healthy" for d in listed.devices)
+        resp = stub.Allocate(
+            api_pb2.AllocateRequest(
+                container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=[gpus[0].uuid])]
+            ),
+            timeout=10,
+        )
+        assert dict(resp.container_responses[0].envs) == {"NVIDIA_VISIBLE_DEVICES": gpus[0].uuid}
+        print(f"\nNVML plugin on this GPU machine: {[(g.index, g.uuid, g.product) for g in gpus]}")
+    finally:
+        running.close()
+        kubelet.stop()

@@ -189,3 +189,18 @@ def test_driverstate_errors(tmp_path: Path) -> None:
     (tmp_path / "faults.json").write_text('{"faults": {"GPU-a": {"xid": "79"}}}')
     with pytest.raises(driverstate.DriverStateError, match="xid must be an integer"):
         driverstate.read_faults(tmp_path)
+
+
+@pytest.mark.root
+def test_mounts_strategy_finds_the_driver_files(
+    installed: simulated_driver.Installed, tmp_path: Path
+) -> None:
+    from sro.node.deviceplugin import driverfiles
+
+    found = driverfiles.find(SIMULATED_GPU, tmp_path / "root")
+    root = SIMULATED_GPU.driver_root
+    assert [(m.host_path, m.container_path, m.read_only) for m in found] == [
+        (f"{root}/lib/libsimgpu-ml.so.1", f"{root}/lib/libsimgpu-ml.so.1", True),
+        (f"{root}/bin/simgpu-smi", f"{root}/bin/simgpu-smi", True),
+        (f"{root}/lib/libsimgpu.so.1", f"{root}/lib/libsimgpu.so.1", True),
+    ]

@@ -40,7 +40,19 @@ count: 4
 numaNodes: [0, 0, 1, 1]
 nvlinkIslands: [[0, 1], [2, 3]]
 """
-PLUGIN_CONFIG = "version: v1\nhealth: {recoverAfterSeconds: 2}\n"
+SHARED = f"{RESOURCE}.shared"
+
+
+def plugin_config(last_index: int) -> str:
+    """Quick recovery for the test, and the last GPU time-sliced in two under `<resource>.shared`."""
+    return (
+        "version: v1\n"
+        "health: {recoverAfterSeconds: 2}\n"
+        "sharing:\n"
+        "  timeSlicing:\n"
+        "    renameByDefault: true\n"
+        f"    resources: [{{name: {RESOURCE}, replicas: 2, devices: [{last_index}]}}]\n"
+    )
 
 
 def wait_for(what: str, check: Callable[[], object], timeout: float = 90, every: float = 0.5) -> float:
@@ -79,19 +91,20 @@ def driver() -> Iterator[dict[str, object]]:
 
 @pytest.fixture(scope="module")
 def plugin(cluster: LocalCluster, sro_image: str, driver: dict[str, object]) -> Iterator[int]:
-    """The device-plugin DaemonSet, until the node announces every simulated device."""
+    """The device-plugin DaemonSet, until the node announces every simulated device; yields how
+    many whole devices it announces (all but the last, which is time-sliced)."""
     manifests = render_text(
         "device-plugin",
         image=sro_image,
         namespace=NS,
         pull_policy="Never",
         recipe="simulated-gpu",
-        plugin_config=PLUGIN_CONFIG,
+        plugin_config=plugin_config(len(driver["devices"]) - 1),  # type: ignore[arg-type]
     )
     docs = [d for d in yaml.safe_load_all(manifests) if d and d["kind"] != "Namespace"]
     namespace_existed = cluster.kubectl("get", "namespace", NS, check=False).returncode == 0
     cluster.kubectl("apply", "-f", "-", input=manifests)
-    count = len(driver["devices"])  # type: ignore[arg-type]
+    count = len(driver["devices"]) - 1  # type: ignore[arg-type]  # the last one is shared
     try:
         wait_for(
             f"{RESOURCE}={count} allocatable",
@@ -113,7 +126,9 @@ def plugin_logs(cluster: LocalCluster) -> str:
     return out.stdout + out.stderr
 
 
-def run_pod(cluster: LocalCluster, name: str, gpus: int, script: str, image: str) -> dict[str, object]:
+def run_pod(
+    cluster: LocalCluster, name: str, gpus: int, script: str, image: str, resource: str = RESOURCE
+) -> dict[str, object]:
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -131,7 +146,7 @@ def run_pod(cluster: LocalCluster, name: str, gpus: int, script: str, image: str
                     "image": image,
                     "imagePullPolicy": "Never",
                     "command": ["sh", "-c", script],
-                    "resources": {"limits": {RESOURCE: str(gpus)}},
+                    "resources": {"limits": {resource: str(gpus)}},
                 }
             ],
         },
@@ -207,8 +222,34 @@ def test_pod_gets_exactly_two_devices(
     assert "OTHER" in logs and "Operation not permitted" in logs.split("OTHER", 1)[1], logs
     # the kubelet asked for a preferred pair and got an NVLink-joined one (islands [0, 1] and [2, 3])
     assert "GetPreferredAllocation 2 of" in plugin_logs(cluster)
-    if len(by_uuid) == 4:
-        assert sorted(by_uuid[u]["index"] for u in uuids) in ([0, 1], [2, 3]), uuids
+    if len(by_uuid) == 4:  # whole GPUs 0, 1, 2 (3 is shared): the only NVLink pair is 0-1
+        assert sorted(by_uuid[u]["index"] for u in uuids) == [0, 1], uuids
+
+
+def test_time_sliced_device_is_a_resource_of_its_own(
+    cluster: LocalCluster, plugin: int, driver: dict[str, object], busybox: str
+) -> None:
+    node = json.loads(cluster.kubectl("get", "node", cluster.node_name, "-o", "json").stdout)
+    assert node["status"]["allocatable"].get(SHARED) == "2"
+    last = driver["devices"][-1]  # type: ignore[index]
+    name = "sro-e2e-shared"
+    script = 'echo "VISIBLE=$SRO_VISIBLE_DEVICES"; ls /dev | grep sro-; true'
+    run_pod(cluster, name, 2, script, busybox, resource=SHARED)
+    try:
+
+        def finished() -> bool:
+            return get_pod(cluster, name)["status"].get("phase") in ("Succeeded", "Failed")  # type: ignore[attr-defined]
+
+        wait_for("pod to finish", finished)
+        logs = cluster.kubectl("logs", name, "-n", "default").stdout
+    finally:
+        delete_pod(cluster, name)
+    # two replicas of one GPU: the GPU once, its node once
+    assert f"VISIBLE={last['uuid']}" in logs, logs  # type: ignore[index]
+    assert sorted(line for line in logs.splitlines() if line.startswith("sro-")) == [
+        Path(last["deviceNode"]).name,  # type: ignore[index]
+        "sro-simgpuctl",
+    ], logs
 
 
 def test_too_many_stays_pending_with_the_schedulers_reason(

@@ -115,3 +115,33 @@ def fault(devices: tuple[str, ...], all_devices: bool, xid: int, clear: bool, dr
         driverstate.set_fault(driver_root, uuid, xid)
     json.dump({"fault": {"xid": xid, "devices": targets}}, sys.stdout)
     click.echo()
+
+
+@simulate.command("status")
+@_root_option
+def status(driver_root: Path) -> None:
+    """Print the SIMULATED devices and their active faults as JSON."""
+    try:
+        inv = driverstate.read_inventory(driver_root)
+        faults = driverstate.read_faults(driver_root)
+    except driverstate.DriverStateError as e:
+        raise click.ClickException(str(e)) from e
+    out = {
+        "simulated": True,
+        "driverVersion": inv.driver_version,
+        "devices": [
+            {
+                "index": d.index,
+                "uuid": d.uuid,
+                "deviceNode": d.device_node,
+                "fault": None
+                if d.uuid not in faults
+                else {"xid": faults[d.uuid].xid, "since": faults[d.uuid].since},
+                "mig": [
+                    {"uuid": m.uuid, "profile": m.profile, "fault": m.uuid in faults} for m in d.mig_devices
+                ],
+            }
+            for d in inv.devices
+        ],
+    }
+    click.echo(json.dumps(out, indent=2))

@@ -105,6 +105,10 @@ class Backend(Protocol):
 
     def inventory(self) -> Inventory: ...
 
+    def inventory_token(self) -> object:
+        """Changes when the inventory may have changed (the plugin then reads it again)."""
+        ...
+
     def events(self, stop: threading.Event) -> Iterator[HealthEvent]:
         """Health events until `stop` is set; must notice `stop` within about a second."""
         ...

@@ -221,5 +221,8 @@ class NvmlBackend:
         finally:
             self._try(nvml.nvmlEventSetFree, event_set)
 
+    def inventory_token(self) -> object:
+        return None  # GPUs come and go only with a driver reload, which restarts the plugin's pod
+
     def close(self) -> None:
         self._try(self.nvml.nvmlShutdown)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from sro.api.recipes import SIMULATED_FAULTS
+from sro.api.recipes import SIMULATED_DEVICE_LIST, SIMULATED_FAULTS
 from sro.devices import driverstate
 from sro.devices.model import DeviceUUID, HealthEvent, Inventory
 
@@ -45,9 +45,13 @@ class SimulatedBackend:
     def inventory(self) -> Inventory:
         return driverstate.read_inventory(self.driver_root)
 
-    def _identity(self) -> tuple[int, int, int] | None:
+    def inventory_token(self) -> object:
+        """The device list's identity: a re-run of `sro driver simulate` changes it."""
+        return self._identity(SIMULATED_DEVICE_LIST)
+
+    def _identity(self, name: str = SIMULATED_FAULTS) -> tuple[int, int, int] | None:
         try:
-            st = os.stat(self.driver_root / SIMULATED_FAULTS)
+            st = os.stat(self.driver_root / name)
         except FileNotFoundError:
             return None
         return (st.st_ino, st.st_mtime_ns, st.st_size)

@@ -371,3 +371,23 @@ def test_nvml_plugin_against_a_fake_kubelet(tmp_path: Path) -> None:
     finally:
         running.close()
         kubelet.stop()
+
+
+def test_reinstalled_driver_is_picked_up(
+    make_plugin: Callable[..., Running], tmp_path: Path, driver_root: Path
+) -> None:
+    kubelet = FakeKubelet(tmp_path / "device-plugins")
+    running = make_plugin()
+    try:
+        wait_until(lambda: kubelet.requests)
+        stub = api_pb2_grpc.DevicePluginStub(running.channel())
+        assert len(next(stub.ListAndWatch(api_pb2.Empty(), timeout=5)).devices) == 4
+        inv = simconfig.parse({"count": 6}, SIMULATED_GPU.device_node)
+        driverstate.write_atomic(
+            driver_root / "devices.json", json.dumps(driverstate.inventory_to_doc(inv, 120, 255))
+        )
+        wait_until(lambda: len(kubelet.requests) >= 2)
+        stub = api_pb2_grpc.DevicePluginStub(running.channel())
+        assert len(next(stub.ListAndWatch(api_pb2.Empty(), timeout=5)).devices) == 6
+    finally:
+        kubelet.stop()

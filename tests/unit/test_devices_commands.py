@@ -54,6 +54,12 @@ def test_driver_simulate_fault_clear_remove(tree: Path) -> None:
         f["xid"] for f in faults.values()
     } == {48}
 
+    r = runner.invoke(simulate, ["status", *_driver(tree)])
+    assert r.exit_code == 0, r.output
+    st = json.loads(r.output)
+    assert [d["fault"]["xid"] if d["fault"] else None for d in st["devices"]] == [None, None, 48, None]
+    assert [m["fault"] for m in st["devices"][0]["mig"]] == [False, True, False, False]
+
     r = runner.invoke(
         device_plugin, ["--recipe", "simulated-gpu", "--driver-root", str(tree / "root"), "--oneshot"]
     )

@@ -100,7 +100,7 @@ class Plugin:
         self.slots: list[_Slot] = []
         self.inventory: Inventory | None = None
         self.registration_latencies: list[float] = []  # seconds from kubelet socket creation to Register
-        self._config_ident: Identity | bool | None = False
+        self._config_ident: object = False  # (config file identity, inventory token) last loaded
         self._kubelet: Identity | None = None
         self._kubelet_appeared = 0.0
         self._last_liveness = 0.0
@@ -114,7 +114,8 @@ class Plugin:
     # --- configuration and inventory -------------------------------------------------------
     def load(self) -> bool:
         """(Re)build plans and servers when the config file changed or nothing is served yet."""
-        ident = _identity(self.config_path) if self.config_path else None
+        # the config file's identity and the backend's inventory token: either changing rebuilds
+        ident = (_identity(self.config_path) if self.config_path else None, self.backend.inventory_token())
         if self._restart_requested:
             self._restart_requested = False
             self._config_ident = False

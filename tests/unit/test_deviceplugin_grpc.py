@@ -391,3 +391,19 @@ def test_reinstalled_driver_is_picked_up(
         assert len(next(stub.ListAndWatch(api_pb2.Empty(), timeout=5)).devices) == 6
     finally:
         kubelet.stop()
+
+
+def test_fault_active_before_start_is_never_announced_healthy(
+    make_plugin: Callable[..., Running], tmp_path: Path, driver_root: Path
+) -> None:
+    u = uuids(driver_root)
+    driverstate.set_fault(driver_root, u[1], 79)
+    kubelet = FakeKubelet(tmp_path / "device-plugins")
+    running = make_plugin()
+    try:
+        wait_until(lambda: kubelet.requests)
+        stub = api_pb2_grpc.DevicePluginStub(running.channel())
+        first = next(stub.ListAndWatch(api_pb2.Empty(), timeout=5))
+        assert [d.health for d in first.devices] == ["Healthy", "Unhealthy", "Healthy", "Healthy"]
+    finally:
+        kubelet.stop()

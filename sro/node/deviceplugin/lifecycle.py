@@ -32,6 +32,7 @@ from sro.node.deviceplugin.server import KUBELET_SOCKET, PluginServer, Registrat
 log = logging.getLogger(__name__)
 
 Identity = tuple[int, int]
+PRIME_SECONDS = 0.3  # the simulated backend reads its fault state at once; NVML has no history
 
 
 def load_config(path: Path | None, recipe: Recipe, resource_override: str | None = None) -> PluginConfig:
@@ -258,6 +259,9 @@ class Plugin:
         ]
         for t in threads:
             t.start()
+        # let the backend report faults that are already active before the first device list goes
+        # out, so a device faulted before the plugin started is never announced healthy
+        stop.wait(PRIME_SECONDS)
         try:
             while not stop.is_set():
                 try:

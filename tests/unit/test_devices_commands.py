@@ -112,3 +112,37 @@ def test_unknown_device_names_the_known_ones(tree: Path) -> None:
     assert runner.invoke(driver, args).exit_code == 0
     r = runner.invoke(simulate, ["fault", "--device", "GPU-nope", *_driver(tree)])
     assert r.exit_code == 1 and "no such simulated device" in r.output and "0=GPU-" in r.output
+
+
+def test_plugin_waits_for_a_missing_driver_and_stops_on_sigterm(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    if os.path.exists("/dev/nvidiactl"):
+        pytest.skip("an NVIDIA driver is present here")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sro",
+            "device-plugin",
+            "--recipe",
+            "nvidia-gpu",
+            "--plugin-dir",
+            str(tmp_path),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 20
+    line = proc.stderr.readline() if proc.stderr else ""
+    while "backend unavailable" not in line and time.monotonic() < deadline:
+        line = proc.stderr.readline() if proc.stderr else ""
+    assert proc.poll() is None, "the plugin must keep waiting for its driver"
+    proc.send_signal(signal.SIGTERM)
+    _, rest = proc.communicate(timeout=10)
+    assert proc.returncode == 0, rest
+    assert "nvml backend unavailable (retrying" in line

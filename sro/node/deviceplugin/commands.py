@@ -27,6 +27,7 @@ from sro.node.deviceplugin.lifecycle import Plugin, load_config
 from sro.node.deviceplugin.server import DEFAULT_PLUGIN_DIR
 
 log = logging.getLogger(__name__)
+BACKEND_RETRY = 10.0
 
 
 @click.command("device-plugin")
@@ -61,8 +62,11 @@ def device_plugin(
             recipe = recipe_from_dict(yaml.safe_load(recipe_file.read_text()))
         except (OSError, yaml.YAMLError, RecipeError) as e:
             raise click.ClickException(f"{recipe_file}: {e}") from e
-    backend = open_backend(recipe, driver_root)
     if oneshot:
+        try:
+            backend = open_backend(recipe, driver_root)
+        except Exception as e:  # e.g. NVML's library or driver missing
+            raise click.ClickException(f"{recipe.backend} backend unavailable: {e}") from e
         try:
             config = load_config(config_path, recipe, resource_name)
             inv = backend.inventory()
@@ -110,9 +114,18 @@ def device_plugin(
         log.info("signal %s: stopping", signum)
         stop.set()
 
-    plugin = Plugin(recipe, backend, plugin_dir, config_path, resource_name, driver_root)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # the driver may still be installing (a driver container starts next to us): wait for it
+    while True:
+        try:
+            backend = open_backend(recipe, driver_root)
+            break
+        except Exception as e:
+            log.error("%s backend unavailable (retrying in %ss): %s", recipe.backend, BACKEND_RETRY, e)
+            if stop.wait(BACKEND_RETRY):
+                return
+    plugin = Plugin(recipe, backend, plugin_dir, config_path, resource_name, driver_root)
     signal.signal(signal.SIGHUP, lambda signum, frame: plugin.request_restart())
     log.info(
         "sro device plugin: recipe %s (%s backend), kubelet dir %s", recipe.name, backend.name, plugin_dir

@@ -17,4 +17,4 @@ def open_backend(recipe: Recipe, driver_root: Path | None = None, sys_root: Path
         return SimulatedBackend(driver_root or Path(recipe.driver_root))
     from sro.devices.nvml import NvmlBackend
 
-    return NvmlBackend(sys_root=sys_root)
+    return NvmlBackend(sys_root=sys_root, driver_root=driver_root)

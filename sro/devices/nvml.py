@@ -11,6 +11,7 @@ back to sysfs (`numa_node` of the PCI device) under an injected sys root.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import re
 import threading
@@ -56,12 +57,40 @@ def health_kind(event_type: int, nvml: Any) -> HealthKind | None:
     return None
 
 
+NVML_LIBRARY = "libnvidia-ml.so.1"
+LIBRARY_DIRS = (
+    "usr/lib/x86_64-linux-gnu",
+    "usr/lib/aarch64-linux-gnu",
+    "usr/lib64",
+    "usr/lib",
+    "lib64",
+    "lib",
+)
+
+
+def preload_nvml(driver_root: Path) -> Path | None:
+    """Load the driver's NVML from a mounted driver root (the plugin's container has none).
+
+    pynvml then opens "libnvidia-ml.so.1" by name, and the dynamic loader hands back the library
+    already loaded under that soname, so no LD_LIBRARY_PATH pointing at the host's libraries.
+    """
+    for d in LIBRARY_DIRS:
+        path = driver_root / d / NVML_LIBRARY
+        if path.exists():
+            ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+            log.info("loaded NVML from %s", path)
+            return path
+    return None
+
+
 class NvmlBackend:
     name = "nvml"
 
-    def __init__(self, sys_root: Path = Path("/sys")) -> None:
+    def __init__(self, sys_root: Path = Path("/sys"), driver_root: Path | None = None) -> None:
         import pynvml  # imported here so that nodes without the library can still run the simulated backend
 
+        if driver_root is not None:
+            preload_nvml(driver_root)
         self.nvml: Any = pynvml
         self.sys_root = sys_root
         self.nvml.nvmlInit()

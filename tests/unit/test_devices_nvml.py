@@ -3,8 +3,11 @@ inventory and event loop through nvidia-ml-py."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -114,3 +117,25 @@ def test_event_device_matches_mig_by_instance_ids() -> None:
         )
         == "GPU-p"
     )
+
+
+def test_preload_nvml_from_a_driver_root(tmp_path: Path) -> None:
+    from sro.devices import elf
+
+    lib_dir = tmp_path / "usr/lib64"
+    lib_dir.mkdir(parents=True)
+    # a stand-in shared object under NVML's soname: the loader must then resolve the name to it.
+    # In a child process, so this process never has a fake NVML loaded (the gpu tests use the real one).
+    (lib_dir / nvml.NVML_LIBRARY).write_bytes(
+        elf.shared_object(nvml.NVML_LIBRARY, {"sro_test_marker": "preloaded"})
+    )
+    code = (
+        "import ctypes, sys; from pathlib import Path; from sro.devices import nvml; "
+        "print(nvml.preload_nvml(Path(sys.argv[1]))); "
+        "print((ctypes.c_char * 10).in_dll(ctypes.CDLL(nvml.NVML_LIBRARY), 'sro_test_marker').value.decode()); "
+        "print(nvml.preload_nvml(Path(sys.argv[1]) / 'empty'))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == [str(lib_dir / nvml.NVML_LIBRARY), "preloaded", "None"]

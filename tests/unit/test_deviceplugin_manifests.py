@@ -52,3 +52,10 @@ def test_simulated_is_labelled_and_config_is_passed() -> None:
     host = {v["hostPath"]["path"] for v in ds["spec"]["template"]["spec"]["volumes"] if "hostPath" in v}
     assert "/var/lib/sro/driver/simulated-gpu" in host
     assert "sro.dev/simulated" not in _objects(recipe="nvidia-gpu")["DaemonSet"]["metadata"]["labels"]
+
+
+def test_runtime_class_for_nvml() -> None:
+    pod = _objects(recipe="nvidia-gpu", runtime_class="sro")["DaemonSet"]["spec"]["template"]["spec"]
+    assert pod["runtimeClassName"] == "sro"
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"} in pod["containers"][0]["env"]
+    assert "runtimeClassName" not in _objects(recipe="simulated-gpu")["DaemonSet"]["spec"]["template"]["spec"]

@@ -20,6 +20,10 @@ from sro import __version__
 # name -> (module:attribute, one-line help shown by `sro --help` without importing the module).
 # Order is the order users see. Add new agents here; keep the help line short.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": (
+        "sro.demo:demo",
+        "The whole story on the local cluster: agents, simulated GPUs, a GPU workload.",
+    ),
     "local": (
         "sro.local.commands:local",
         "A real single-node Kubernetes on this machine (up/down/status/env/image).",
@@ -27,6 +31,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "discover": (
         "sro.node.discovery.command:discover_command",
         "Node features as NFD labels; --publish labels the Node.",
+    ),
+    "driver": (
+        "sro.devices.commands:driver",
+        "Drivers: `driver simulate` installs the SIMULATED GPU driver.",
+    ),
+    "simulate": (
+        "sro.devices.commands:simulate",
+        "Inject or clear faults on SIMULATED devices (`simulate fault`).",
+    ),
+    "device-plugin": (
+        "sro.node.deviceplugin.commands:device_plugin",
+        "Kubelet device plugin (v1beta1) for a recipe's devices.",
     ),
     "cdi": ("sro.node.runtime.commands:cdi", "CDI specs for the recipes' devices (generate)."),
     "hook": (
@@ -39,20 +55,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "manifests": (
         "sro.manifests.command:manifests",
-        "Print the manifests of a component for kubectl apply -f - on any cluster.",
-    ),
-    "demo": ("sro.demo:demo", "Bring up the local cluster, deploy sro on it and show what it found."),
-    "device-plugin": (
-        "sro.node.deviceplugin.commands:device_plugin",
-        "Kubelet device plugin (v1beta1) for a recipe's devices.",
-    ),
-    "driver": (
-        "sro.devices.commands:driver",
-        "Drivers: `driver simulate` installs the SIMULATED GPU driver.",
-    ),
-    "simulate": (
-        "sro.devices.commands:simulate",
-        "Inject or clear faults on SIMULATED devices (`simulate fault`).",
+        "Print a component's manifests for kubectl apply -f - on any cluster.",
     ),
 }
 

@@ -121,5 +121,7 @@ def test_fallbacks_work_the_same(bundle: Bundle, driver: Driver, extra: list[str
     # read-only, nosuid, nodev in both mount APIs
     res = bundle.run("grep simgpu /proc/self/mountinfo", env=["SRO_VISIBLE_DEVICES=0"])
     lines = res.stdout.strip().splitlines()
-    assert len(lines) == 3 and all(" ro," in ln and "nosuid" in ln and "nodev" in ln for ln in lines), res.stdout
+    assert len(lines) == 3 and all(" ro," in ln and "nosuid" in ln and "nodev" in ln for ln in lines), (
+        res.stdout
+    )
     assert mount_points() == before_mounts

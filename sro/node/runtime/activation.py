@@ -15,10 +15,14 @@ Annotations: `sro.dev/<recipe-name>: <same value>` and CDI's `cdi.k8s.io/<any>: 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+TYPE_CHECKING = False  # no typing/dataclasses import at run time: the hook imports this module
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+    from dataclasses import dataclass
 
-from sro.api.recipes import Recipe
+    from sro.node.runtime.hookrecipes import AnyRecipe as Recipe
+else:
+    from sro.node.runtime.records import dataclass
 
 ALL = "all"
 NONE = "none"

@@ -13,14 +13,18 @@ are made again inside the container by ldconfig.
 
 from __future__ import annotations
 
-import fnmatch
 import os
-import re
 import stat
-from collections.abc import Iterable
 
-from sro.api.recipes import SIMULATED_DEVICE_LIST, Recipe
+from sro.node.runtime.hookrecipes import SIMULATED_DEVICE_LIST
 from sro.node.runtime.inventory import DeviceNode, DriverInventory, FileMount
+from sro.node.runtime.namematch import filter_names, glob_in
+
+TYPE_CHECKING = False  # no typing/re/fnmatch/glob at run time: the hook imports this module
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from sro.node.runtime.hookrecipes import AnyRecipe as Recipe
 
 LIB_DIRS = (
     "usr/lib/x86_64-linux-gnu",
@@ -71,17 +75,28 @@ def _char_node(host_path: str, path: str, device_id: str = "") -> DeviceNode | N
     )
 
 
-def _pattern_regex(pattern: str) -> re.Pattern[str]:
+def _pattern_parts(pattern: str) -> tuple[str, str]:
+    """(prefix, suffix) around the one `{index}`/`{minor}` of a device node pattern's file name."""
     name = os.path.basename(pattern)
-    parts = re.split(r"\{(?:index|minor)\}", name)
+    parts = name.replace("{minor}", "{index}").split("{index}")
     if len(parts) != 2:
         raise ValueError(f"device node pattern {pattern!r} must hold exactly one {{index}} or {{minor}}")
-    return re.compile(re.escape(parts[0]) + r"(\d+)" + re.escape(parts[1]) + r"\Z")
+    return parts[0], parts[1]
+
+
+def _node_number(name: str, prefix: str, suffix: str) -> int | None:
+    """The decimal number in `name` between `prefix` and `suffix` (ASCII digits only), else None."""
+    if len(name) <= len(prefix) + len(suffix) or not name.startswith(prefix) or not name.endswith(suffix):
+        return None
+    digits = name[len(prefix) : len(name) - len(suffix)]
+    if not digits.isascii() or not digits.isdigit():
+        return None
+    return int(digits)
 
 
 def find_devices(recipe: Recipe, dev_root: str) -> tuple[DeviceNode, ...]:
     """Per-device nodes matching the recipe's pattern, in index order."""
-    regex = _pattern_regex(recipe.device_node)
+    prefix, suffix = _pattern_parts(recipe.device_node)
     container_dir = os.path.dirname(recipe.device_node)
     host_dir = dev_path(dev_root, container_dir)
     try:
@@ -90,12 +105,12 @@ def find_devices(recipe: Recipe, dev_root: str) -> tuple[DeviceNode, ...]:
         return ()
     found: list[tuple[int, DeviceNode]] = []
     for name in names:
-        m = regex.match(name)
-        if not m:
+        number = _node_number(name, prefix, suffix)
+        if number is None:
             continue
-        node = _char_node(os.path.join(host_dir, name), f"{container_dir}/{name}", str(int(m.group(1))))
+        node = _char_node(os.path.join(host_dir, name), f"{container_dir}/{name}", str(number))
         if node is not None:
-            found.append((int(m.group(1)), node))
+            found.append((number, node))
     return tuple(n for _, n in sorted(found, key=lambda t: t[0]))
 
 
@@ -117,7 +132,7 @@ def find_libraries(driver_root: str, patterns: Iterable[str], seen: set[str]) ->
     for rel_dir in LIB_DIRS:
         host_dir = os.path.join(driver_root, rel_dir)
         for pattern in patterns:
-            for name in fnmatch.filter(_listdir(host_dir), pattern):
+            for name in filter_names(_listdir(host_dir), pattern):
                 real = os.path.realpath(os.path.join(host_dir, name))
                 if real in seen or not os.path.isfile(real):
                     continue
@@ -153,11 +168,9 @@ def find_directories(driver_root: str, rel_dirs: Iterable[str]) -> tuple[FileMou
 
 
 def find_firmware(driver_root: str, patterns: Iterable[str]) -> tuple[FileMount, ...]:
-    import glob  # only here: firmware is the one glob over directories
-
     out: list[FileMount] = []
     for pattern in patterns:
-        for rel in sorted(glob.glob(pattern, root_dir=driver_root)):
+        for rel in sorted(glob_in(driver_root, pattern)):
             path = os.path.join(driver_root, rel)
             if os.path.isfile(path):
                 out.append(FileMount(os.path.realpath(path), container_path(driver_root, path)))

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import IO, Any
 
-    from sro.api.recipes import Recipe
+    from sro.node.runtime.hookrecipes import HookRecipe
     from sro.node.runtime.inject import Options
     from sro.node.runtime.inventory import InjectionPlan
 
@@ -106,8 +106,8 @@ class HookArgs:
         self.folders = folders
 
     @property
-    def recipes(self) -> tuple[Recipe, ...]:
-        from sro.api.recipes import BUILTIN
+    def recipes(self) -> tuple[HookRecipe, ...]:
+        from sro.node.runtime.hookrecipes import BUILTIN  # sro.api.recipes' built-ins, without dataclasses
 
         for n in self.recipe_names:
             if n not in BUILTIN:

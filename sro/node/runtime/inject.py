@@ -11,18 +11,25 @@ from __future__ import annotations
 
 import os
 import select
-import signal
 import stat
 import time
-from dataclasses import dataclass
 
 from sro.node.runtime import mounting
-from sro.node.runtime.inventory import InjectionPlan
-from sro.node.runtime.safepath import PathError, Policy, Root
+from sro.node.runtime.safepath import PathError, Root
+
+TYPE_CHECKING = False  # no typing/dataclasses/signal (enum) at run time: the hook imports this module
+if TYPE_CHECKING:
+    from dataclasses import dataclass
+
+    from sro.node.runtime.inventory import InjectionPlan
+    from sro.node.runtime.safepath import Policy
+else:
+    from sro.node.runtime.records import dataclass
 
 LD_CONF = "/etc/ld.so.conf.d/000-sro.conf"
 CLEAN_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 LDCONFIG_TIMEOUT_S = 20.0
+SIGKILL = 9  # signal.SIGKILL on Linux; `signal` itself imports enum (~3 ms)
 
 
 class InjectError(RuntimeError):
@@ -131,7 +138,7 @@ def spawn_and_wait(argv: list[str], env: dict[str, str], keep_fd: int, timeout: 
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, SIGKILL)
                 os.waitpid(pid, 0)
                 raise InjectError(f"{argv[0]} did not finish in {timeout:.0f} s")
             ready, _, _ = select.select([r], [], [], left)

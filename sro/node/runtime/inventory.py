@@ -10,13 +10,18 @@ lists. Everything here is plain data, so the decision is unit-tested without a s
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Literal, TypeVar
 
-from sro.node.runtime.activation import Request
+TYPE_CHECKING = False  # no typing/dataclasses import at run time: the hook imports this module
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping
+    from dataclasses import dataclass, field
+    from typing import Literal, TypeVar
 
-T = TypeVar("T")
+    from sro.node.runtime.activation import Request
+
+    T = TypeVar("T")
+else:
+    from sro.node.runtime.records import dataclass, field
 
 
 class UnknownDeviceError(ValueError):

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Callable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 CLONE_NEWNS = 0x00020000
 _SYS_OPEN_TREE = 428

@@ -21,15 +21,16 @@ last component of a path we create or mount on is never followed: a symlink ther
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import errno
 import os
 import stat
-from collections import deque
-from typing import Literal
 
-Policy = Literal["beneath", "in-root"]
+TYPE_CHECKING = False  # no typing/contextlib/collections at run time: the hook imports this module
+if TYPE_CHECKING:
+    from typing import Literal, TypeAlias
+
+    Policy: TypeAlias = Literal["beneath", "in-root"]
 
 _SYS_OPENAT2 = 437  # the same number on every architecture (generic syscall table)
 _RESOLVE_NO_XDEV = 0x01
@@ -120,8 +121,10 @@ class Root:
             try:
                 if parts[i - 1] == "..":
                     raise PathError(errno.ENOENT, "cannot create '..'", path)
-                with contextlib.suppress(FileExistsError):
+                try:  # noqa: SIM105 (not contextlib: 0.6 ms of the hook's start)
                     os.mkdir(parts[i - 1], 0o755, dir_fd=parent)
+                except FileExistsError:
+                    pass
             finally:
                 os.close(parent)
         return self._resolve(parts)
@@ -156,11 +159,11 @@ class Root:
 
     def _resolve_walk(self, parts: list[str]) -> int:
         stack = [os.dup(self.fd)]
-        todo = deque(parts)
+        todo = parts[::-1]  # a stack: the next component is at the end
         links = 0
         try:
             while todo:
-                comp = todo.popleft()
+                comp = todo.pop()
                 if comp in ("", "."):
                     continue
                 if comp == "..":
@@ -184,7 +187,7 @@ class Root:
                             )
                         while len(stack) > 1:
                             os.close(stack.pop())
-                    todo.extendleft(reversed(target.split("/")))
+                    todo.extend(reversed(target.split("/")))
                     continue
                 if not stat.S_ISDIR(st.st_mode):
                     os.close(fd)

@@ -9,13 +9,17 @@ entries here means the runc wrapper, the hooks.d file and the CDI spec cannot dr
 
 from __future__ import annotations
 
-import copy
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
-from sro.node.runtime.inventory import InjectionPlan
+TYPE_CHECKING = False  # no typing/dataclasses/copy at run time: the runc wrapper imports this module
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from dataclasses import dataclass, field
+    from typing import Any
+
+    from sro.node.runtime.inventory import InjectionPlan
+else:
+    from sro.node.runtime.records import dataclass, field
 
 HOOK_ENV = ("PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C")
 HOOK_MODULE = "sro.node.runtime.hook"
@@ -75,6 +79,17 @@ def hooks_d(cmd: HookCommand, stage: str = "prestart") -> dict[str, Any]:
     return {"version": HOOKS_D_VERSION, "hook": entry, "when": {"always": True}, "stages": [stage]}
 
 
+def _copy(doc: Any) -> Any:
+    """A deep copy of JSON data (dicts, lists and scalars): `copy.deepcopy` without importing `copy`."""
+    if isinstance(doc, dict):
+        return {k: _copy(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [_copy(v) for v in doc]
+    if isinstance(doc, tuple):
+        return tuple(_copy(v) for v in doc)
+    return doc
+
+
 def _hooks_of(spec: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     hooks = spec.setdefault("hooks", {})
     if not isinstance(hooks, dict):
@@ -84,7 +99,7 @@ def _hooks_of(spec: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 
 def add_hook(spec: Mapping[str, Any], stage: str, entry: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of `spec` with `entry` appended to `hooks.<stage>` (once: an identical entry is not added)."""
-    out = copy.deepcopy(dict(spec))
+    out: dict[str, Any] = _copy(dict(spec))
     stage_hooks = _hooks_of(out).setdefault(stage, [])
     if not isinstance(stage_hooks, list):
         raise ValueError(f"config.json: 'hooks.{stage}' must be a list")
@@ -133,7 +148,7 @@ def apply_plan(spec: Mapping[str, Any], plan: InjectionPlan, ldcache: HookComman
     This is the CDI way (runc creates the nodes, the cgroup rules and the mounts itself, through its
     own in-root path resolution); only the linker cache needs a hook, a createContainer one.
     """
-    out = copy.deepcopy(dict(spec))
+    out: dict[str, Any] = _copy(dict(spec))
     linux = out.setdefault("linux", {})
     devices, rules = device_entries(plan)
     have = {d.get("path") for d in linux.get("devices", []) or []}

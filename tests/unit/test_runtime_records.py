@@ -138,7 +138,9 @@ HEAVY = (
 )
 
 
-@pytest.mark.parametrize("modules", ["hook", "hook inject driverfiles activation inventory hookrecipes"])
+@pytest.mark.parametrize(
+    "modules", ["hook", "hook inject driverfiles activation inventory hookrecipes", "hook wrapper specedits"]
+)
 def test_hook_import_graph_stays_lean(modules: str) -> None:
     """What the hook imports: none of the modules that cost it milliseconds at every container start."""
     code = (
@@ -151,3 +153,34 @@ def test_hook_import_graph_stays_lean(modules: str) -> None:
     loaded = set(out.stdout.split())
     assert "sro.node.runtime.hook" in loaded
     assert not set(HEAVY) & loaded, sorted(set(HEAVY) & loaded)
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {
+            "ociVersion": "1.0.2",
+            "process": {"env": ["A=é", 'B=\u2028"\\'], "args": ["true"]},
+            "n": [1, 2.5, -3e20],
+        },
+        {"hooks": {"prestart": [{"path": "/x", "args": [], "timeout": 30}]}, "b": True, "c": None, "d": {}},
+        [],
+        {"k": float("inf")},
+    ],
+)
+def test_lean_json_writer_matches_json(doc: Any) -> None:
+    import json
+
+    from sro.node.runtime import hook
+
+    assert hook.dumps(doc) == json.dumps(doc)
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        hook.dumps({"x": object()})
+
+
+def test_hook_default_ldconfig_is_injects() -> None:
+    from sro.node.runtime import hook, inject
+
+    assert hook.HookArgs("prestart").ldconfig == inject.Options().ldconfig == hook.DEFAULT_LDCONFIG
+    assert hook.parse_args(["prestart", "--ldconfig", "none"]).ldconfig is None
+    assert hook.parse_args(["prestart", "--ldconfig", "/x/ldconfig"]).ldconfig == "/x/ldconfig"

@@ -43,6 +43,7 @@ MAX_CONFIG_BYTES = 16 << 20
 # recipes, dataclasses and the injection code are even imported.
 VISIBLE_SUFFIX = "_VISIBLE_DEVICES"
 ANNOTATION_PREFIXES = ("sro.dev/", "cdi.k8s.io/")
+DEFAULT_LDCONFIG = "/sbin/ldconfig"  # = inject.Options().ldconfig (checked by a test)
 
 
 class HookError(Exception):
@@ -80,6 +81,22 @@ def loads(raw: bytes) -> Any:
     import json
 
     return json.loads(raw)
+
+
+def _not_json(obj: object) -> object:
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+
+def dumps(doc: Any) -> str:
+    """json.dumps(doc) (default separators) without importing `json`, through its C encoder."""
+    try:
+        from _json import encode_basestring_ascii, make_encoder
+    except ImportError:  # pragma: no cover - CPython always has _json
+        import json
+
+        return json.dumps(doc)
+    encoder = make_encoder({}, _not_json, encode_basestring_ascii, None, ": ", ", ", False, False, True)
+    return "".join(encoder(doc, 0))
 
 
 class HookArgs:
@@ -120,6 +137,12 @@ class HookArgs:
         if self.common_root is None:
             return dict(self._roots)
         return {r.name: self._roots.get(r.name, self.common_root) for r in self.recipes}
+
+    @property
+    def ldconfig(self) -> str | None:
+        """The host ldconfig to run (None: no linker cache), without importing `inject` for Options."""
+        value = self._opt.get("ldconfig", DEFAULT_LDCONFIG)
+        return None if value is None else str(value)
 
     @property
     def opts(self) -> Options:

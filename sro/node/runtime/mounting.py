@@ -9,8 +9,9 @@ the fallback is mount(2) on the `/proc/self/fd/N` magic link of that same fd, th
 
 from __future__ import annotations
 
-import ctypes
 import os
+
+from sro.node.runtime import syscalls
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -35,48 +36,32 @@ _MS_NODEV = 4
 _MS_REMOUNT = 32
 _MS_BIND = 4096
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
-
-
-class _MountAttr(ctypes.Structure):
-    _fields_ = [
-        ("attr_set", ctypes.c_uint64),
-        ("attr_clr", ctypes.c_uint64),
-        ("propagation", ctypes.c_uint64),
-        ("userns_fd", ctypes.c_uint64),
-    ]
-
 
 def _check(ret: int, what: str) -> int:
-    if ret < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-    return ret
+    return syscalls.check(ret, what)
 
 
 def setns(fd: int, nstype: int = CLONE_NEWNS) -> None:
     """Join the namespace behind `fd` (the process must be single-threaded for a mount namespace)."""
-    _check(_libc.setns(fd, nstype), "setns")
+    _check(syscalls.setns(fd, nstype), "setns")
 
 
 def _bind_new_api(source: str, target_fd: int, readonly: bool) -> None:
     tree = _check(
-        _libc.syscall(_SYS_OPEN_TREE, _AT_FDCWD, os.fsencode(source), _OPEN_TREE_CLONE | os.O_CLOEXEC),
+        syscalls.syscall(_SYS_OPEN_TREE, _AT_FDCWD, os.fsencode(source), _OPEN_TREE_CLONE | os.O_CLOEXEC),
         f"open_tree {source}",
     )
     try:
-        attr = _MountAttr(
+        # struct mount_attr {attr_set, attr_clr, propagation, userns_fd}
+        attr = syscalls.u64s(
             _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV | (_MOUNT_ATTR_RDONLY if readonly else 0), 0, 0, 0
         )
         _check(
-            _libc.syscall(
-                _SYS_MOUNT_SETATTR, tree, b"", _AT_EMPTY_PATH, ctypes.byref(attr), ctypes.sizeof(attr)
-            ),
+            syscalls.syscall(_SYS_MOUNT_SETATTR, tree, b"", _AT_EMPTY_PATH, attr, len(attr)),
             "mount_setattr",
         )
         _check(
-            _libc.syscall(
+            syscalls.syscall(
                 _SYS_MOVE_MOUNT,
                 tree,
                 b"",
@@ -92,12 +77,12 @@ def _bind_new_api(source: str, target_fd: int, readonly: bool) -> None:
 
 def _mount(source: str | None, target: str, flags: int) -> None:
     src = os.fsencode(source) if source is not None else None
-    _check(_libc.mount(src, os.fsencode(target), None, ctypes.c_ulong(flags), None), f"mount {target}")
+    _check(syscalls.mount(src, os.fsencode(target), None, syscalls.CULong(flags), None), f"mount {target}")
 
 
 def new_mount_api_available() -> bool:
-    ret = _libc.syscall(_SYS_MOUNT_SETATTR, -1, b"", 0, None, 0)
-    return not (ret < 0 and ctypes.get_errno() == 38)  # ENOSYS
+    ret = syscalls.syscall(_SYS_MOUNT_SETATTR, -1, b"", 0, None, 0)
+    return not (ret < 0 and syscalls.get_errno() == 38)  # ENOSYS
 
 
 def bind(

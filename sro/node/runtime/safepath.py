@@ -21,10 +21,11 @@ last component of a path we create or mount on is never followed: a symlink ther
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import stat
+
+from sro.node.runtime import syscalls
 
 TYPE_CHECKING = False  # no typing/contextlib/collections at run time: the hook imports this module
 if TYPE_CHECKING:
@@ -40,9 +41,6 @@ _RESOLVE_BENEATH = 0x08
 _RESOLVE_IN_ROOT = 0x10
 _MAX_LINKS = 40
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
-
 
 class PathError(OSError):
     """A path inside the rootfs cannot be used safely; the message names it and says why."""
@@ -52,15 +50,11 @@ class EscapeError(PathError):
     """Resolving a path would leave the rootfs (absolute symlink, `..` above the root, magic link)."""
 
 
-class _OpenHow(ctypes.Structure):
-    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
-
-
 def _openat2(dirfd: int, path: str, flags: int, resolve: int) -> int:
-    how = _OpenHow(flags, 0, resolve)
-    fd = _libc.syscall(_SYS_OPENAT2, dirfd, os.fsencode(path), ctypes.byref(how), ctypes.sizeof(how))
+    how = syscalls.u64s(flags, 0, resolve)  # struct open_how {flags, mode, resolve}
+    fd = syscalls.syscall(_SYS_OPENAT2, dirfd, os.fsencode(path), how, len(how))
     if fd < 0:
-        err = ctypes.get_errno()
+        err = syscalls.get_errno()
         raise OSError(err, os.strerror(err), path)
     return int(fd)
 

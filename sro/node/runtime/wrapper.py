@@ -13,7 +13,6 @@ Usage: python -I -m sro.node.runtime.wrapper [--runc PATH] [--mode hook|cdi] [ho
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -84,13 +83,13 @@ def edit_spec(
         plan = inventory.plan_all(requests, inventories)
     except inventory.UnknownDeviceError as e:
         raise WrapperError(str(e)) from None
-    return specedits.apply_plan(spec, plan, cmd if args.opts.ldconfig else None)
+    return specedits.apply_plan(spec, plan, cmd if args.ldconfig else None)
 
 
 def write_json_atomic(path: str, doc: dict[str, Any]) -> None:
     tmp = f"{path}.sro-{os.getpid()}"
     with open(tmp, "w") as f:
-        json.dump(doc, f)
+        f.write(hook.dumps(doc))
     os.replace(tmp, path)
 
 
@@ -128,8 +127,8 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
             cmd = HookCommand(sys.executable, tuple(opts))
             path = os.path.join(bundle, "config.json")
             try:
-                with open(path) as f:
-                    spec = json.load(f)
+                with open(path, "rb") as f:
+                    spec = hook.loads(f.read())
             except (OSError, ValueError):
                 spec = None  # runc reports an unreadable bundle in its own words
             if isinstance(spec, dict):

@@ -1,9 +1,12 @@
 """The OCI hook: read the container's state, decide what it asked for, inject it.
 
 Why it is written this way:
-  * It sits on every container start, so it imports only the standard library and this package's
-    pure modules (no click, yaml, grpc, not even `json` or `typing`), and a container that cannot be
-    asking for devices is let through before the recipes are imported. Entries start it as
+  * It sits on every container start (budget: < 30 ms added), so it imports only a small part of
+    the standard library and this package's pure modules: no click, yaml or grpc, and not even
+    `json`, `typing`, `dataclasses` (records), `re`/`fnmatch`/`glob` (namematch), `ctypes`
+    (syscalls), `enum`/`signal` or `sro.api.recipes` (hookrecipes, the same built-ins as plain
+    records); tests/unit/test_runtime_records.py keeps it that way. A container that cannot be
+    asking for devices is let through before the recipes are even imported. Entries start it as
     `python -I -S -c <bootstrap> STAGE ...` (see specedits.HookCommand): `-I` drops PYTHON*
     variables and keeps the current directory off sys.path (a createContainer hook starts in the
     image's root, where a hostile image could plant `sro/`); `-S` skips site (~12 ms).

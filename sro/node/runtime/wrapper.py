@@ -63,7 +63,7 @@ def edit_spec(
         {"process": process, "annotations": spec.get("annotations") or {}}
     ):
         return None
-    from sro.node.runtime import activation, driverfiles, inventory, specedits
+    from sro.node.runtime import activation, specedits
 
     try:
         requests = activation.requests_for(
@@ -75,6 +75,8 @@ def edit_spec(
         return None
     if mode == "hook":
         return specedits.add_hook(spec, "prestart", cmd.entry("prestart"))
+    from sro.node.runtime import driverfiles, inventory  # cdi mode only: the hook discovers by itself
+
     inventories = {
         r.recipe.name: driverfiles.discover(r.recipe, args.driver_roots.get(r.recipe.name), args.dev_root)
         for r in requests

@@ -24,8 +24,13 @@ types:
 unit:
 	$(PY) -m pytest -m "not e2e" -q --timeout 120
 
+# The cluster comes up before pytest, with its progress on the terminal (a first run builds Kubernetes
+# for minutes, longer than any per-test timeout); a cluster this target started, it stops again.
 e2e:
-	$(PY) -m pytest -m e2e -q
+	@if $(SRO) local status >/dev/null 2>&1; then started=; else started=1; $(SRO) local up || exit 1; fi; \
+	$(PY) -m pytest -m e2e -q; rc=$$?; \
+	if [ -n "$$started" ]; then $(SRO) local down; fi; \
+	exit $$rc
 
 bench: setup
 	$(PY) -m benchmarks

@@ -125,9 +125,9 @@ def test_launcher_passes_everything_but_create_straight_to_runc(tmp_path: Path) 
     for f in (runc, python):
         f.chmod(0o755)
     asking, plain = tmp_path / "asking", tmp_path / "plain"
-    for b, env in ((asking, ["SRO_VISIBLE_DEVICES=0"]), (plain, ["PATH=/bin"])):
+    for b, spec_env in ((asking, ["SRO_VISIBLE_DEVICES=0"]), (plain, ["PATH=/bin"])):
         b.mkdir()
-        (b / "config.json").write_text(json.dumps({"process": {"env": env}, "annotations": {"x": "y"}}))
+        (b / "config.json").write_text(json.dumps({"process": {"env": spec_env}, "annotations": {"x": "y"}}))
     script = tmp_path / "sro-runc"
     launcher.write(str(script), str(python), str(runc), "cdi", ["--driver-root", "/a b"])
     env = {"PATH": "/usr/bin:/bin", "LD_PRELOAD": "/evil.so"}
@@ -177,3 +177,25 @@ def test_hooks_d_through_the_cli(tmp_path: Path) -> None:
     args = doc["hook"]["args"]
     assert args[:4] == ["/opt/venv/bin/python", "-I", "-S", "-c"] and args[5:7] == ["prestart", "--recipe"]
     assert SIMULATED_GPU.name in doc["hook"]["args"]
+
+
+def test_precompile_writes_the_hooks_bytecode(tmp_path: Path) -> None:
+    """A fresh copy of the package gets .pyc files for everything the hook imports."""
+    import importlib.util
+    import shutil
+    import sys
+
+    from sro.node.runtime.specedits import package_root, precompile
+
+    src = Path(package_root()) / "sro"
+    dst = tmp_path / "sro"
+    (dst / "node").mkdir(parents=True)
+    shutil.copy(src / "__init__.py", dst / "__init__.py")
+    shutil.copy(src / "node" / "__init__.py", dst / "node" / "__init__.py")
+    shutil.copytree(
+        src / "node" / "runtime", dst / "node" / "runtime", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    assert precompile(sys.executable, str(tmp_path))
+    for rel in ("__init__.py", "node/__init__.py", "node/runtime/hook.py", "node/runtime/inject.py"):
+        assert Path(importlib.util.cache_from_source(str(dst / rel))).is_file(), rel
+    assert not precompile("/nonexistent/python", str(tmp_path))

@@ -120,7 +120,7 @@ def install_hooksd(
     python: str,
 ) -> None:
     """Write <dir>/sro-hook.json (oci-hooks 1.0.0) that runs the hook with an explicit env."""
-    from sro.node.runtime.specedits import HookCommand, hooks_d
+    from sro.node.runtime.specedits import HookCommand, hooks_d, precompile
 
     doc = hooks_d(HookCommand(python, tuple(_hook_options(recipe, driver_root, dev_root))), stage)
     os.makedirs(directory, exist_ok=True)
@@ -128,6 +128,8 @@ def install_hooksd(
     with open(path + ".tmp", "w") as f:
         json.dump(doc, f, indent=2)
     os.replace(path + ".tmp", path)
+    if not precompile(python):
+        click.echo("warning: could not write the hook's bytecode; it will compile on every start", err=True)
     click.echo(f"wrote {path}", err=True)
 
 
@@ -159,6 +161,12 @@ def runtime(args: tuple[str, ...]) -> None:
             mode = rest[i + 1] if i + 1 < len(rest) else ""
             del rest[i : i + 2]
         launcher.write(args[1], sys.executable, mode=mode, hook_options=rest)
+        from sro.node.runtime.specedits import precompile
+
+        if not precompile(sys.executable):
+            click.echo(
+                "warning: could not write the wrapper's bytecode; it compiles on every start", err=True
+            )
         click.echo(f"wrote {args[1]}", err=True)
         return
     wrapper.main(list(args) if "--" in args else ["--", *args])

@@ -34,6 +34,29 @@ def package_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(sro.__file__)))
 
 
+def precompile(python: str, root: str | None = None) -> bool:
+    """Write the bytecode of every module the hook and the wrapper import, for `python`; best effort.
+
+    A hook whose package has no up-to-date `.pyc` (a fresh copy, a read-only tree, an image built with
+    PYTHONDONTWRITEBYTECODE) compiles its modules from source on every container start, which costs
+    more than everything else it does. Run wherever an entry or launcher is written. False if it
+    could not (a read-only tree): the hook still works, only slower.
+    """
+    import subprocess  # install time only, never on the hook's path
+
+    sro_dir = os.path.join(root or package_root(), "sro")
+    targets = [
+        os.path.join(sro_dir, "__init__.py"),
+        os.path.join(sro_dir, "node", "__init__.py"),
+        os.path.join(sro_dir, "node", "runtime"),
+    ]
+    argv = [python, "-I", "-S", "-m", "compileall", "-q", *targets]
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=120, check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
 def bootstrap(module: str, root: str) -> str:
     """`python -I -S -c` code that runs `module.main` with only the stdlib and `root` on sys.path.
 

@@ -7,9 +7,9 @@ median of the passes' added ms (SRO_BENCH_PASSES passes of SRO_BENCH_ROUNDS roun
 The first four figures are the ones issue 5 asks for: hook active (the container asks for a device:
 1 device node, 2 libraries, 1 binary, ldconfig) and inactive (installed, nothing asked), wrapper
 active and inactive, each against plain runc. The hook's budget is < 30 ms added at the median. For
-scale: runc's own cost of running any hook (`/bin/true` as a prestart hook) and the interpreter's
-start-up (`python -I -S -c pass`), the floor for any Python hook. Needs root, runc and busybox; gcc if
-the simulated driver module is absent.
+scale: runc's own cost of running any hook (`/bin/true` as a prestart hook) and of a Python hook
+that does nothing (`python -I -S -c pass` as the prestart hook), the floor for any Python hook.
+Needs root, runc and busybox; gcc if the simulated driver module is absent.
 """
 
 from __future__ import annotations
@@ -150,6 +150,8 @@ def run() -> list[Figure]:
         wrapped_idle = _bundle(base, "wrapped-idle", _spec(base, []))
         true_hook = {"path": "/bin/true", "args": ["true"], "env": ["PATH=/bin"]}
         floor = _bundle(base, "floor", _spec(base, asking, {"prestart": [true_hook]}))
+        py_hook = {"path": PYTHON, "args": [PYTHON, "-I", "-S", "-c", "pass"], "env": ["PATH=/bin"]}
+        py_floor = _bundle(base, "py-floor", _spec(base, asking, {"prestart": [py_hook]}))
         state = base / "state"
         m, added = _passes(
             {
@@ -160,6 +162,7 @@ def run() -> list[Figure]:
                 "wrap-cdi": wrapped["cdi"],
                 "wrap-idle": (wrapped["hook"][0], wrapped_idle),
                 "true-hook": (RUNC, floor),
+                "py-hook": (RUNC, py_floor),
             },
             state,
         )
@@ -188,6 +191,11 @@ def run() -> list[Figure]:
         vs_plain("WRAPPER INACTIVE: runtime wrapper, nothing asked (shell pre-filter)", "wrap-idle"),
         vs_plain("wrapper active, mode cdi (runc makes nodes+mounts, ldcache hook)", "wrap-cdi"),
         vs_plain("for scale: runc + a /bin/true prestart hook", "true-hook", f" ({of})"),
+        vs_plain(
+            "for scale: runc + `python -I -S -c pass` as prestart hook",
+            "py-hook",
+            " (any Python hook's floor)",
+        ),
         Figure(
             "hook no-op start (python -I -S -c <bootstrap> poststop)",
             hook_noop * ms,

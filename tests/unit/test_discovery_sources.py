@@ -281,3 +281,12 @@ def test_odd_files_fifo_eio_and_garbage_modalias(tmp_path: Path) -> None:
     warnings = {p.path: p.message for p in labeling.warnings}
     assert "not a PCI modalias" in warnings[str(tmp_path / "sys/bus/pci/devices/0000:02:00.0/modalias")]
     assert labeling.degraded == {"pci", "local"}
+
+
+def test_x86_64_levels_are_cumulative_and_need_every_feature() -> None:
+    from sro.node.discovery.cpu import X86_64_LEVELS, x86_64_levels
+
+    v2, v3, v4 = (req for _, req in X86_64_LEVELS)
+    assert x86_64_levels(v2 | v3 | v4) == {"X86_64_V2", "X86_64_V3", "X86_64_V4"}
+    assert x86_64_levels(v2 | (v3 - {"MOVBE"}) | v4) == {"X86_64_V2"}, "a level needs the one below it"
+    assert x86_64_levels(v3 | v4) == set()

@@ -41,6 +41,25 @@ CPUID_NAMES = {
     "xsaveopt": "XSAVEOPT", "xsaves": "XSAVES", "fpu": "X87", "osxsave": "OSXSAVE",
 }  # fmt: skip
 
+# x86-64 psABI microarchitecture levels, each requiring the previous one; NFD publishes them as
+# cpu-cpuid.X86_64_V2..V4 so workloads built for a level can select nodes that run them.
+X86_64_LEVELS = (
+    ("X86_64_V2", {"CX16", "LAHF", "POPCNT", "SSE3", "SSE4", "SSE42", "SSSE3"}),
+    ("X86_64_V3", {"AVX", "AVX2", "BMI1", "BMI2", "F16C", "FMA3", "LZCNT", "MOVBE", "OSXSAVE"}),
+    ("X86_64_V4", {"AVX512F", "AVX512BW", "AVX512CD", "AVX512DQ", "AVX512VL"}),
+)
+
+
+def x86_64_levels(cpuid: set[str]) -> set[str]:
+    """The levels whose features (and every lower level's) the CPU has."""
+    out: set[str] = set()
+    for name, required in X86_64_LEVELS:
+        if not required <= cpuid:
+            break
+        out.add(name)
+    return out
+
+
 VENDORS = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD", "HygonGenuine": "Hygon", "CentaurHauls": "VIA"}
 
 
@@ -72,6 +91,7 @@ class CpuSource:
             cpuid = {CPUID_NAMES[f] for f in raw_flags if f in CPUID_NAMES}
             if "XSAVE" in cpuid:  # Linux always enables XSAVE when the CPU has it: CPUID shows OSXSAVE
                 cpuid.add("OSXSAVE")
+            cpuid |= x86_64_levels(cpuid)
         else:  # arm64 and others: NFD labels the hwcap names upper-cased
             cpuid = {f.upper() for f in raw_flags if f.isalnum()}
         model: dict[str, str] = {}

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from sro.local import cleanup, supervisor
 from sro.local.components import Component, NodeFacts, admin_kubeconfig, components
+from sro.local.images import ensure_base_images
 from sro.local.kubebuild import ensure_kubernetes
 from sro.local.layout import KUBERNETES_SERVICE_IP, RUNTIME_HANDLER, Layout
 from sro.local.pki import cert_specs, ensure_pki
@@ -209,6 +210,7 @@ class LocalCluster:
         self.layout.admin_kubeconfig.write_text(admin_kubeconfig(self.layout))
         self.layout.admin_kubeconfig.chmod(0o600)
         _enable_forwarding()
+        self._write_runtime_launcher()  # every time: it names this installation's Python
         started: list[str] = []
         try:
             for comp in self._components(self.layout.bin):
@@ -222,15 +224,11 @@ class LocalCluster:
                 for path, text in comp.files.items():
                     path.parent.mkdir(parents=True, exist_ok=True)
                     path.write_text(text)
-                if comp.name == "containerd":
-                    self._write_runtime_launcher()
                 progress(f"Starting {comp.name}")
                 supervisor.start(self.layout, comp)
                 started.append(comp.name)
                 self._wait_healthy(comp, progress)
                 if comp.name == "containerd":
-                    from sro.local.images import ensure_base_images
-
                     ensure_base_images(self, progress)
             progress(f"Waiting for node {self.node.name} to be Ready")
             self._wait(self.node_ready, 120, f"node {self.node.name} Ready", "kubelet")
@@ -303,22 +301,20 @@ class LocalCluster:
 
     # ---- down --------------------------------------------------------------------------------
     def down(self, purge: bool = False, progress: Progress = _quiet) -> None:
-        comps = {c.name: c for c in self._components(self.layout.bin)}
-        for name in ("kubelet", "kube-proxy", "kube-scheduler", "kube-controller-manager", "kube-apiserver"):
-            if supervisor.stop(self.layout, name):
-                progress(f"Stopped {name}")
-        if supervisor.running(self.layout, "containerd") is not None:
-            n = cleanup.remove_containers(self.layout)
-            if n:
-                progress(f"Removed {n} containers")
-        for name in ("containerd", "etcd"):
-            if supervisor.stop(self.layout, name):
-                progress(f"Stopped {name}")
+        """Stop the daemons in reverse start order; containers go while containerd can still kill them."""
+        comps = self._components(self.layout.bin)
+        for comp in reversed(comps):
+            if comp.name == "containerd" and supervisor.running(self.layout, "containerd") is not None:
+                n = cleanup.remove_containers(self.layout)
+                if n:
+                    progress(f"Removed {n} containers")
+            if supervisor.stop(self.layout, comp.name):
+                progress(f"Stopped {comp.name}")
         cleanup.kill_leftover_shims(self.layout)
         n = cleanup.unmount_all(self.layout)
         if n:
             progress(f"Unmounted {n} mounts")
-        cleanup.network(self.layout, comps["kube-proxy"].argv[0])
+        cleanup.network(self.layout, str(self.layout.bin / "kube-proxy"))
         if purge:
             cleanup.purge(self.layout)
             progress(

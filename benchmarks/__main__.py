@@ -21,6 +21,8 @@ def main(names: list[str]) -> int:
     for col in ("benchmark", "value", "baseline", "ratio", "target"):
         table.add_column(col, justify="left" if col in ("benchmark", "baseline", "target") else "right")
     console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)  # logs and CI: one figure per line, no wrapping
     for name in modules:
         console.print(f"[bold]running {name}[/bold]")
         figures: list[Figure] = importlib.import_module(f"benchmarks.{name}").run()

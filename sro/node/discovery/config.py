@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from sro.host.reading import Problem
+from sro.node.discovery.rules import Rule, parse_rules
 
 # NFD's defaults (worker-configuration-reference).
 PCI_CLASS_WHITELIST = ("03", "0b40", "12")
@@ -50,12 +51,15 @@ class Config:
     cpuid_whitelist: tuple[str, ...] = ()
     kernel_config_opts: tuple[str, ...] = KERNEL_CONFIG_OPTS
     kconfig_file: str = ""
+    custom_rules: tuple[Rule, ...] = ()  # `sources.custom`; NFD's built-in rules apply besides these
     problems: tuple[Problem, ...] = field(default=(), compare=False)
 
     def feature_enabled(self, source: str) -> bool:
         return enabled(self.feature_sources, source)
 
     def label_enabled(self, source: str) -> bool:
+        if source == "custom":  # a label source only in NFD: it reads the other sources' features
+            return enabled(self.label_sources, source)
         return self.feature_enabled(source) and enabled(self.label_sources, source)
 
 
@@ -186,8 +190,9 @@ def parse_config(text: str, where: str = "config") -> Config:
     )
     if kernel.get("kconfigFile"):
         kwargs["kconfig_file"] = str(kernel["kconfigFile"])
-    if sources.get("custom"):
-        f.bad("sources.custom", "custom rules are not supported by sro discover; ignored")
+    rules, bad_rules = parse_rules(sources.get("custom"), "sources.custom")
+    kwargs["custom_rules"] = rules
+    f.problems.extend(Problem(f"{where}: {p.path}", p.message) for p in bad_rules)
     return Config(**kwargs, problems=tuple(f.problems))
 
 

@@ -1,7 +1,8 @@
 """Raw features -> node labels under NFD's options; pure, so every rule has a unit test.
 
 Applies, in NFD's order: enabled label sources (`core.labelSources`), each source's own rules
-(class whitelist, label fields, cpuid black/whitelist, kernel configOpts, ...), then
+(class whitelist, label fields, cpuid black/whitelist, kernel configOpts, ...; NFD's custom rules over
+all sources' raw features, in the custom source's place), then
 `core.labelWhiteList` (matched against the name after the '/'), then Kubernetes' rules for label
 keys and values (an invalid one is dropped with a problem naming it, never sent to the API).
 """
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from sro.api.names import NFD_PREFIX
 from sro.api.recipes import NVIDIA_GPU, SIMULATED_GPU
 from sro.host.reading import Problem
+from sro.node.discovery import custom
 from sro.node.discovery.config import Config
 from sro.node.discovery.features import FeatureSource, SourceResult
 
@@ -76,7 +78,11 @@ def build_labels(
             degraded.add(result.source)
         if not config.label_enabled(result.source) or result.source not in by_name:
             continue
-        produced = by_name[result.source].labels(result.features, config)
+        if result.source == custom.NAME:
+            produced, rule_warnings = custom.evaluate(results, config.custom_rules)
+            warnings.extend(rule_warnings)
+        else:
+            produced = by_name[result.source].labels(result.features, config)
         for key, value in sorted(produced.items()):
             basename = key.rpartition("/")[2]
             if config.label_whitelist is not None and not config.label_whitelist.search(basename):
@@ -90,4 +96,6 @@ def build_labels(
                     Problem(f"label {key}", f"{result.source} overrides {labels[key]!r} with {value!r}")
                 )
             labels[key] = value
+    if degraded & custom.sources_used(config.custom_rules):
+        degraded.add(custom.NAME)  # a rule over a failed read could flip: keep its labels this pass
     return Labeling(dict(sorted(labels.items())), frozenset(degraded), tuple(problems), tuple(warnings))

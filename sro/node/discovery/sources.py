@@ -11,7 +11,19 @@ from collections.abc import Sequence
 
 from sro.host.reading import HostReader, Recording
 from sro.host.root import HostRoot
-from sro.node.discovery import accelerators, cpu, kernel, local, memory, network, pci, storage, system, usb
+from sro.node.discovery import (
+    accelerators,
+    cpu,
+    custom,
+    kernel,
+    local,
+    memory,
+    network,
+    pci,
+    storage,
+    system,
+    usb,
+)
 from sro.node.discovery.config import Config
 from sro.node.discovery.features import Features, FeatureSource, SourceResult
 
@@ -27,6 +39,7 @@ SOURCES: tuple[FeatureSource, ...] = (
     system.SOURCE,
     usb.SOURCE,
     accelerators.SOURCE,
+    custom.SOURCE,  # NFD's priority: custom rules after the built-in sources, local feature files last
     local.SOURCE,
 )
 SOURCE_NAMES: tuple[str, ...] = tuple(s.name for s in SOURCES)
@@ -41,7 +54,7 @@ def scan(
     """Run every enabled source; a source that fails outright yields no features and a problem."""
     results = []
     for source in sources:
-        if not config.feature_enabled(source.name):
+        if not (config.feature_enabled(source.name) or config.label_enabled(source.name)):
             continue
         reader = HostReader(host, recording=recording)
         try:

@@ -282,3 +282,50 @@ def test_rules_in_code_are_frozen() -> None:
     rule = Rule("x", "here")
     with pytest.raises(AttributeError):
         rule.name = "y"  # type: ignore[misc]
+
+
+CUSTOM_D = "etc/kubernetes/node-feature-discovery/custom.d"
+RULE = "- {{name: {0}, labels: {{{0}: 'true'}}, matchFeatures: [{{feature: kernel.loadedmodule, matchExpressions: {{mlx5_ib: {{op: Exists}}}}}}]}}\n"
+
+
+def test_custom_d_files_as_nfd_reads_them(tmp_path: Path) -> None:
+    host = _host_with_modules(tmp_path, ["mlx5_ib"])
+    d = tmp_path / "root" / CUSTOM_D
+    (d / "cm" / "deeper").mkdir(parents=True)
+    (d / "top.yaml").write_text(RULE.format("top"))
+    (d / "cm" / "mounted.yaml").write_text(RULE.format("mounted"))
+    (d / "cm" / "deeper" / "too-deep.yaml").write_text(RULE.format("deep"))  # NFD reads one level only
+    (d / ".hidden.yaml").write_text(RULE.format("hidden"))
+    (d / "broken.yaml").write_text("- {name: [")
+    (d / "badrule.yaml").write_text(
+        RULE.format("good") + "- {name: bad, labels: {a: b}, matchFeatures: [{feature: nope}]}\n"
+    )
+    labeling = discover(host, Config())
+    custom = {k for k in labeling.labels if "/custom-" in k}
+    assert custom == {
+        NFD + "custom-top",
+        NFD + "custom-mounted",
+        NFD + "custom-good",
+        NFD + "custom-rdma.capable",
+    }
+    warned = {w.path: w.message for w in labeling.warnings}
+    assert "not valid YAML" in warned[str(d / "broken.yaml")]
+    assert "unknown feature 'nope'" in warned[f"{d / 'badrule.yaml'}[1].matchFeatures[0].feature"]
+    assert labeling.problems == () and "custom" not in labeling.degraded
+
+
+def test_custom_d_read_failure_keeps_old_custom_labels(tmp_path: Path) -> None:
+    host = _host_with_modules(tmp_path, [])
+    d = tmp_path / "root" / CUSTOM_D
+    d.mkdir(parents=True)
+    (d / "huge.yaml").write_text("#" * (300 * 1024))  # over the size limit: a failed read
+    labeling = discover(host, Config())
+    assert "custom" in labeling.degraded and labeling.problems
+
+
+def test_fake_hosts_rules_produce_no_warnings() -> None:
+    fpga = discover(HostRoot.at(HOSTS / "fpga-solarflare" / "root"), Config())
+    assert fpga.warnings == () and fpga.labels[NFD + "custom-nic.solarflare"] == "true"
+    conf = parse_config((HOSTS / "nvidia-8gpu" / "custom.conf").read_text())
+    gpu = discover(HostRoot.at(HOSTS / "nvidia-8gpu" / "root"), conf)
+    assert gpu.warnings == () and gpu.labels["example.com/gpudirect-rdma"] == "true"

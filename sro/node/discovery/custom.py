@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sro.api.names import NFD_PREFIX
 from sro.host.reading import HostReader, Problem
@@ -28,11 +29,14 @@ from sro.node.discovery.rules import (
     Expr,
     Rule,
     Term,
+    parse_rules_file,
     parse_version,
 )
 from sro.node.discovery.templating import render_labels
 
 NAME = "custom"
+CUSTOM_D = Path("kubernetes/node-feature-discovery/custom.d")  # under the host's etc, as in NFD
+MAX_RULES_FILE = 256 * 1024
 ALLOWED_K8S_NS = ("feature.node.kubernetes.io", "profile.node.kubernetes.io")
 
 
@@ -231,7 +235,7 @@ def evaluate(
     view = FeatureView(results)
     labels: dict[str, str] = {}
     warnings: list[Problem] = []
-    for rule in (*BUILTIN_RULES, *rules) if builtins else rules:
+    for rule in (*BUILTIN_RULES, *rules, *directory_rules(results)) if builtins else rules:
         matched = match_rule(rule, view)
         if matched is None:
             continue
@@ -264,26 +268,59 @@ def evaluate(
     return labels, warnings
 
 
-def sources_used(rules: Sequence[Rule], *, builtins: bool = True) -> frozenset[str]:
+def sources_used(
+    rules: Sequence[Rule], results: Sequence[SourceResult] = (), *, builtins: bool = True
+) -> frozenset[str]:
     """The sources whose features the rules read: a failed read there makes custom labels stale-kept."""
-    names: set[str] = set()
-    for rule in (*BUILTIN_RULES, *rules) if builtins else rules:
+    names: set[str] = {NAME}  # a custom.d file that failed to read
+    for rule in (*BUILTIN_RULES, *rules, *directory_rules(results)) if builtins else rules:
         for feature in rule.features:
             names.add(NAME if feature == "system.name" else feature.partition(".")[0])
     return frozenset(names)
 
 
+def directory_rules(results: Sequence[SourceResult]) -> tuple[Rule, ...]:
+    """The rules of the `custom.d` files this pass read (parsed once per content)."""
+    files = next((r.features.attributes.get("rules", {}) for r in results if r.source == NAME), {})
+    return tuple(rule for path, text in files.items() for rule in parse_rules_file(text, path)[0])
+
+
+def _is_dir(reader: HostReader, path: Path) -> bool:
+    probe = HostReader(reader.host, recording=reader.recording)
+    probe.list_dir(path)
+    return not probe.problems
+
+
 class CustomSource:
-    """Discovers only the node name (NFD's `system.name`); its labels come from `evaluate`."""
+    """Reads the node name (NFD's `system.name`) and NFD's `custom.d` rule files; `evaluate` labels."""
 
     name = NAME
 
     def discover(self, reader: HostReader, config: Config) -> Features:
         # NFD takes NODE_NAME (the pod's spec.nodeName); a host without it is named by its hostname.
-        node = (
-            os.environ.get("NODE_NAME") or reader.read_value(reader.host.proc / "sys/kernel/hostname") or ""
-        )
-        return Features(attributes={"name": {"nodename": node}} if node else {})
+        node = os.environ.get("NODE_NAME") or reader.read_value(reader.host.proc / "sys/kernel/hostname")
+        attributes: dict[str, Attrs] = {"name": {"nodename": node}} if node else {}
+        files = self._rule_files(reader, reader.host.etc / CUSTOM_D, nested=True)
+        if files:
+            attributes["rules"] = files
+        return Features(attributes=attributes)
+
+    def _rule_files(self, reader: HostReader, directory: Path, *, nested: bool) -> dict[str, str]:
+        """NFD's custom.d: its files and those of its first-level subdirectories, hidden ones skipped."""
+        files: dict[str, str] = {}
+        for name in reader.list_dir(directory):
+            path = directory / name
+            if _is_dir(reader, path):
+                if nested:
+                    files.update(self._rule_files(reader, path, nested=False))
+                continue
+            text = reader.read_text(path, limit=MAX_RULES_FILE)
+            if text is None:
+                continue
+            for p in parse_rules_file(text, str(path))[1]:
+                reader.warn(p.path, p.message)  # the author's to fix: reported, the other rules apply
+            files[str(path)] = text
+        return files
 
     def labels(self, features: Features, config: Config) -> dict[str, str]:
         return {}

@@ -96,6 +96,6 @@ def build_labels(
                     Problem(f"label {key}", f"{result.source} overrides {labels[key]!r} with {value!r}")
                 )
             labels[key] = value
-    if degraded & custom.sources_used(config.custom_rules):
+    if degraded & custom.sources_used(config.custom_rules, results):
         degraded.add(custom.NAME)  # a rule over a failed read could flip: keep its labels this pass
     return Labeling(dict(sorted(labels.items())), frozenset(degraded), tuple(problems), tuple(warnings))

@@ -13,7 +13,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
+
+import yaml
 
 from sro.host.reading import Problem
 from sro.node.discovery.templating import compile_template
@@ -136,6 +139,16 @@ def parse_rules(value: object, where: str = "sources.custom") -> tuple[tuple[Rul
             )
         rules.append(rule)
     return tuple(rules), tuple(problems)
+
+
+@lru_cache(maxsize=64)
+def parse_rules_file(text: str, where: str) -> tuple[tuple[Rule, ...], tuple[Problem, ...]]:
+    """A `custom.d` file (a YAML list of rules); cached by content, as it is re-read every pass."""
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        return (), (Problem(where, f"not valid YAML ({str(e).splitlines()[0]}); ignored"),)
+    return parse_rules(doc, where)
 
 
 def parse_rule(doc: object, path: str) -> Rule:

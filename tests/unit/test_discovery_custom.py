@@ -152,7 +152,7 @@ def test_legacy_rules_become_expressions() -> None:
 """))  # fmt: skip
     assert problems == ()
     legacy, named = rules
-    assert legacy.labels == (("legacy", "true"),) and named.labels == (("vendor.io/named", "42"),)
+    assert legacy.labels == (("custom-legacy", "true"),) and named.labels == (("vendor.io/named", "42"),)
     assert [[t.feature for t in g] for g in legacy.match_any] == [
         ["pci.device", "kernel.loadedmodule"], ["cpu.cpuid", "kernel.config"], ["usb.device"], ["system.name"]
     ]  # fmt: skip
@@ -167,8 +167,8 @@ def test_legacy_rules_become_expressions() -> None:
 def test_builtin_rules_are_nfds() -> None:
     """NFD's static rules: rdma.capable on a Mellanox (15b3) PCI device, rdma.available on ib_uverbs+rdma_ucm."""
     capable, available = BUILTIN_RULES
-    assert capable.labels == (("rdma.capable", "true"),) and capable.features == {"pci.device"}
-    assert available.labels == (("rdma.available", "true"),)
+    assert capable.labels == (("custom-rdma.capable", "true"),) and capable.features == {"pci.device"}
+    assert available.labels == (("custom-rdma.available", "true"),)
     assert dict(available.match_features[0].expressions) == {
         "ib_uverbs": Expr("Exists"),
         "rdma_ucm": Expr("Exists"),
@@ -178,7 +178,7 @@ def test_builtin_rules_are_nfds() -> None:
 @pytest.mark.parametrize(
     ("key", "full"),
     [
-        ("rdma.capable", NFD + "custom-rdma.capable"),
+        ("rdma.capable", NFD + "rdma.capable"),
         ("vendor.example.com/nic", "vendor.example.com/nic"),
         (NFD + "direct", NFD + "direct"),
         ("sub.feature.node.kubernetes.io/x", "sub.feature.node.kubernetes.io/x"),

@@ -107,7 +107,7 @@ def one(feature: str, key: str, op: str, *values: str, version: bool = False) ->
     ],
 )  # fmt: skip
 def test_ops_on_each_feature(feature: str, key: str, op: str, values: tuple[str, ...], hit: bool) -> None:
-    assert one(feature, key, op, *values) == ({NFD + "custom-hit": "yes"} if hit else {})
+    assert one(feature, key, op, *values) == ({NFD + "hit": "yes"} if hit else {})
 
 
 @pytest.mark.parametrize(
@@ -128,7 +128,7 @@ def test_version_type(op: str, values: tuple[str, ...], value: str, hit: bool) -
 
 def test_instance_expressions_hold_on_one_same_instance() -> None:
     both = "[{name: t, labels: {hit: 'y'}, matchFeatures: [{feature: pci.device, matchExpressions: {vendor: {op: In, value: ['15b3']}, class: {op: In, value: [%s]}}}]}]"
-    assert labels_of(both % "'0207'") == {NFD + "custom-hit": "y"}
+    assert labels_of(both % "'0207'") == {NFD + "hit": "y"}
     assert labels_of(both % "'0302'") == {}  # a 15b3 device and a 0302 device, but not one device with both
 
 
@@ -142,16 +142,16 @@ def test_match_features_is_and_match_any_is_or() -> None:
     - matchFeatures: [{feature: kernel.loadedmodule, matchExpressions: {nouveau: {op: Exists}}}]
     - matchFeatures: [{feature: pci.device, matchExpressions: {vendor: {op: In, value: ["10de"]}}}]
 """
-    assert labels_of(text) == {NFD + "custom-hit": "y"}
+    assert labels_of(text) == {NFD + "hit": "y"}
     assert labels_of(text.replace("AVX:", "AVX512F:")) == {}
     assert labels_of(text.replace('"10de"', '"dead"')) == {}
-    assert labels_of("[{name: always, labels: {a: b}}]") == {NFD + "custom-a": "b"}  # no matcher: NFD matches
+    assert labels_of("[{name: always, labels: {a: b}}]") == {NFD + "a": "b"}  # no matcher: NFD matches
 
 
 def test_match_name() -> None:
     text = "[{name: t, labels: {hit: y}, matchFeatures: [{feature: cpu.cpuid, matchName: {op: InRegexp, value: ['^AVX5']}}]}]"
     assert labels_of(text) == {}
-    assert labels_of(text.replace("AVX5", "AVX")) == {NFD + "custom-hit": "y"}
+    assert labels_of(text.replace("AVX5", "AVX")) == {NFD + "hit": "y"}
 
 
 def test_dynamic_values_templates_and_backreferences() -> None:
@@ -174,9 +174,9 @@ def test_dynamic_values_templates_and_backreferences() -> None:
     - {feature: rule.matched, matchExpressions: {gpu-2330: {op: In, value: [present]}, gpu.vendor: {op: In, value: ["10de"]}}}
 """
     assert labels_of(text) == {
-        NFD + "custom-lsm": "landlock,apparmor", NFD + "custom-kernel": "6",
-        NFD + "custom-gpu-20b0": "present", NFD + "custom-gpu-2330": "present",
-        NFD + "custom-AVX": "on", NFD + "custom-AVX2": "on",
+        NFD + "lsm": "landlock,apparmor", NFD + "kernel": "6",
+        NFD + "gpu-20b0": "present", NFD + "gpu-2330": "present",
+        NFD + "AVX": "on", NFD + "AVX2": "on",
         "vendor.example.com/stacked": "true",
     }  # fmt: skip
 
@@ -186,7 +186,7 @@ def test_unresolvable_and_reserved_labels_are_warnings() -> None:
         yaml.safe_load("[{name: t, labels: {a: '@kernel.config.NOPE', kubernetes.io/x: 'y', ok: 'z'}}]")
     )
     labels, warnings = evaluate(RESULTS, rules, builtins=False)
-    assert labels == {NFD + "custom-ok": "z"}
+    assert labels == {NFD + "ok": "z"}
     assert [w.path for w in warnings] == ["sources.custom[0]", "sources.custom[0]"]
     assert "NOPE" in warnings[0].message and "reserved" in warnings[1].message
     bad, why = render_labels("{{range .pci.device}}no-equals-sign\n{{end}}", {"pci": {"device": [{}]}})
@@ -201,10 +201,10 @@ def test_builtin_rdma_rules() -> None:
 
 
 def test_later_rules_override_earlier_and_config_overrides_builtins() -> None:
-    text = "[{name: a, labels: {rdma.capable: 'no', x: '1'}}, {name: b, labels: {x: '2'}}]"
+    text = "[{name: a, labels: {custom-rdma.capable: 'no', x: '1'}}, {name: b, labels: {x: '2'}}]"
     rules, _ = parse_rules(yaml.safe_load(text))
     labels, _ = evaluate(RESULTS, rules)
-    assert labels[NFD + "custom-rdma.capable"] == "no" and labels[NFD + "custom-x"] == "2"
+    assert labels[NFD + "custom-rdma.capable"] == "no" and labels[NFD + "x"] == "2"
 
 
 def test_kernel_config_values_are_nfds_raw_ones() -> None:
@@ -217,11 +217,11 @@ def test_kernel_config_values_are_nfds_raw_ones() -> None:
 def test_label_sources_and_degraded_reads() -> None:
     config = parse_config("sources: {custom: [{name: n, labels: {n: 'v'}}]}")
     labeling = build_labels(RESULTS, config, SOURCES)
-    assert labeling.labels[NFD + "custom-n"] == "v" and labeling.labels[NFD + "custom-rdma.capable"] == "true"
+    assert labeling.labels[NFD + "n"] == "v" and labeling.labels[NFD + "custom-rdma.capable"] == "true"
     off = parse_config(
         "core: {labelSources: [all, -custom]}\nsources: {custom: [{name: n, labels: {n: 'v'}}]}"
     )
-    assert not any("custom-" in k for k in build_labels(RESULTS, off, SOURCES).labels)
+    assert not any(k.endswith(("/n", "rdma.capable")) for k in build_labels(RESULTS, off, SOURCES).labels)
     # NFD runs custom rules even when featureSources names only some feature sources
     only_pci = parse_config("core: {featureSources: [pci, kernel]}")
     assert only_pci.label_enabled("custom")
@@ -238,13 +238,13 @@ def test_label_sources_and_degraded_reads() -> None:
 
 def test_whitelist_and_validity_apply_to_custom_labels() -> None:
     config = parse_config(
-        "core: {labelWhiteList: '^custom-'}\n"
+        "core: {labelWhiteList: '^(custom-|n$|bad)'}\n"
         "sources: {custom: [{name: n, labels: {n: 'v', bad: 'has space', other.io/kept: 'k'}}]}"
     )
     labeling = build_labels(RESULTS, config, SOURCES)
-    assert labeling.labels == {NFD + "custom-n": "v", NFD + "custom-rdma.capable": "true",
+    assert labeling.labels == {NFD + "n": "v", NFD + "custom-rdma.capable": "true",
                                NFD + "custom-rdma.available": "true"}  # fmt: skip
-    assert any(NFD + "custom-bad" in w.path for w in labeling.warnings)
+    assert any(NFD + "bad" in w.path for w in labeling.warnings)
 
 
 def _host_with_modules(tmp_path: Path, modules: list[str]) -> HostRoot:
@@ -274,7 +274,7 @@ def test_bad_rules_never_stop_a_pass() -> None:
         "nfd-worker.conf: sources.custom[7].matchFeatures[0].matchExpressions.vendor.op"
     ]
     labeling = discover(HostRoot.at(HOSTS / "nvidia-8gpu" / "root"), config)
-    assert labeling.labels[NFD + "custom-rdma.infiniband"] == "true" and labeling.problems == ()
+    assert labeling.labels[NFD + "rdma.infiniband"] == "true" and labeling.problems == ()
     assert any("Equal" in w.message for w in labeling.warnings)
 
 
@@ -301,13 +301,10 @@ def test_custom_d_files_as_nfd_reads_them(tmp_path: Path) -> None:
         RULE.format("good") + "- {name: bad, labels: {a: b}, matchFeatures: [{feature: nope}]}\n"
     )
     labeling = discover(host, Config())
-    custom = {k for k in labeling.labels if "/custom-" in k}
-    assert custom == {
-        NFD + "custom-top",
-        NFD + "custom-mounted",
-        NFD + "custom-good",
-        NFD + "custom-rdma.capable",
+    custom = {
+        k for k in labeling.labels if k.rpartition("/")[2] in ("top", "mounted", "good", "deep", "hidden")
     }
+    assert custom == {NFD + "top", NFD + "mounted", NFD + "good"}
     warned = {w.path: w.message for w in labeling.warnings}
     assert "not valid YAML" in warned[str(d / "broken.yaml")]
     assert "unknown feature 'nope'" in warned[f"{d / 'badrule.yaml'}[1].matchFeatures[0].feature"]
@@ -325,7 +322,7 @@ def test_custom_d_read_failure_keeps_old_custom_labels(tmp_path: Path) -> None:
 
 def test_fake_hosts_rules_produce_no_warnings() -> None:
     fpga = discover(HostRoot.at(HOSTS / "fpga-solarflare" / "root"), Config())
-    assert fpga.warnings == () and fpga.labels[NFD + "custom-nic.solarflare"] == "true"
+    assert fpga.warnings == () and fpga.labels[NFD + "nic.solarflare"] == "true"
     conf = parse_config((HOSTS / "nvidia-8gpu" / "custom.conf").read_text())
     gpu = discover(HostRoot.at(HOSTS / "nvidia-8gpu" / "root"), conf)
     assert gpu.warnings == () and gpu.labels["example.com/gpudirect-rdma"] == "true"

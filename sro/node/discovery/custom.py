@@ -6,6 +6,8 @@ takes the pass's SourceResults and the parsed rules and returns labels (no I/O),
 sro's raw features onto NFD's feature names (`pci.device`, `kernel.loadedmodule`, ...). NFD's
 built-in rules (rdma.capable, rdma.available) run first, then the config's rules, in order;
 each matched rule's labels and vars are visible to the rules after it as `rule.matched`.
+Naming is today's NFD: a rule label without a namespace gets `feature.node.kubernetes.io/` (no
+`custom-`; only legacy `matchOn` rules and the built-ins are named `custom-...`).
 The source's own discovery reads only the node name, for `system.name` (legacy `nodename`).
 """
 
@@ -203,9 +205,10 @@ def match_rule(rule: Rule, view: FeatureView) -> dict[str, dict[str, list[Elemen
 
 
 def label_key(key: str) -> str | None:
-    """NFD's naming: `custom-<key>` in NFD's namespace unless namespaced; Kubernetes' own refused."""
+    """NFD's naming: a key without a namespace gets NFD's (legacy rules' names already carry
+    `custom-`; NFD's worker stopped prefixing rule labels); Kubernetes' own namespaces refused."""
     if "/" not in key:
-        return f"{NFD_PREFIX}{NAME}-{key}"
+        return f"{NFD_PREFIX}{key}"
     ns = key.split("/", 1)[0]
     if ns.endswith(("kubernetes.io", "k8s.io")) and not any(
         ns == a or ns.endswith("." + a) for a in ALLOWED_K8S_NS

@@ -98,17 +98,19 @@ def _exists(*keys: str) -> tuple[tuple[str, Expr], ...]:
 
 
 # NFD's built-in custom rules (source/custom/static_features.go), on unless `custom` is not a label source.
+# They publish `custom-rdma.capable` and `custom-rdma.available` (what the RDMA device plugins select on;
+# NFD's features.md calls the second `custom-rdma.enabled`, its code and every deployment `available`).
 BUILTIN_RULES: tuple[Rule, ...] = (
     Rule(
         "RDMA capable static rule",
         "builtin",
-        labels=(("rdma.capable", "true"),),
+        labels=(("custom-rdma.capable", "true"),),
         match_features=(Term("pci.device", (("vendor", Expr("In", ("15b3",))),)),),
     ),
     Rule(
         "RDMA available static rule",
         "builtin",
-        labels=(("rdma.available", "true"),),
+        labels=(("custom-rdma.available", "true"),),
         match_features=(Term("kernel.loadedmodule", _exists("ib_uverbs", "rdma_ucm")),),
     ),
 )
@@ -334,7 +336,8 @@ def _parse_legacy(doc: Mapping[str, Any], name: str, path: str) -> Rule:
     value = doc.get("value", "true")
     if isinstance(value, Mapping | list) or value is None:
         raise RuleError(f"{path}.value", f"expected a string, got {value!r}")
-    return Rule(name.strip(), path, labels=((name.strip(), _scalar(value)),), match_any=tuple(groups))
+    key = name.strip() if "/" in name else f"custom-{name.strip()}"  # NFD prefixes legacy names only
+    return Rule(name.strip(), path, labels=((key, _scalar(value)),), match_any=tuple(groups))
 
 
 def _legacy_term(kind: str, value: object, path: str) -> Term:

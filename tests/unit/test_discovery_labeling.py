@@ -70,7 +70,7 @@ sources:
             "sources: {cpu: {cpuid: {attributeBlacklist: [AVX, {x: 1}]}}}",
             "sources.cpu.cpuid.attributeBlacklist[1]",
         ),
-        ("sources: {custom: [{name: x}]}", "sources.custom"),
+        ("sources: {custom: {name: x}}", "sources.custom"),
         ("core: {labelSources: [pci, ~]}", "core.labelSources[1]"),
         ("{{{ not yaml", "(document)"),
         ("- a list", "(document)"),

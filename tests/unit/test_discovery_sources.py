@@ -40,7 +40,7 @@ def run(source: object, root: Path, config: Config | None = None) -> tuple[dict[
 
 def test_one_explicit_ordered_tuple_of_sources() -> None:
     assert SOURCE_NAMES == ("cpu", "kernel", "memory", "network", "pci", "storage", "system", "usb",
-                            "accelerators", "local")  # fmt: skip
+                            "accelerators", "custom", "local")  # fmt: skip
     assert len(set(SOURCE_NAMES)) == len(SOURCES)
 
 
@@ -280,7 +280,7 @@ def test_odd_files_fifo_eio_and_garbage_modalias(tmp_path: Path) -> None:
     assert "not a regular file" in problems[str(fifo_dir / "a-fifo")]
     warnings = {p.path: p.message for p in labeling.warnings}
     assert "not a PCI modalias" in warnings[str(tmp_path / "sys/bus/pci/devices/0000:02:00.0/modalias")]
-    assert labeling.degraded == {"pci", "local"}
+    assert labeling.degraded == {"pci", "local", "custom"}
 
 
 def test_x86_64_levels_are_cumulative_and_need_every_feature() -> None:

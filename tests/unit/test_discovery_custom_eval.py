@@ -28,7 +28,7 @@ RESULTS = (
     SourceResult("kernel", Features(
         flags={"loadedmodule": frozenset({"mlx5_ib", "ib_uverbs", "rdma_ucm"})},
         attributes={"version": {"full": "6.1.0-18-amd64", "major": "6", "minor": "1", "revision": "0"},
-                    "config": {"X86": "true", "LSM": "landlock,apparmor", "HZ": "250"}})),
+                    "config": {"X86": "y", "MODULES_THING": "m", "LSM": "landlock,apparmor", "HZ": "250"}})),
     SourceResult("memory", Features(attributes={"numa": {"is_numa": "false", "node_count": "1"}})),
     SourceResult("pci", Features(instances={"device": (
         {"class": "0300", "vendor": "1a03", "device": "2000"},
@@ -211,6 +211,7 @@ def test_kernel_config_values_are_nfds_raw_ones() -> None:
     view = FeatureView(RESULTS)
     fs = view.get("kernel.config")
     assert fs is not None and fs.attrs["X86"] == "y" and fs.attrs["HZ"] == "250"
+    assert fs.attrs["MODULES_THING"] == "m", "rules tell built-in (y) from module (m)"
     assert view.get("pci.nothing") is None and view.get("storage.block") is None
 
 

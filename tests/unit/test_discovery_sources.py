@@ -290,3 +290,20 @@ def test_x86_64_levels_are_cumulative_and_need_every_feature() -> None:
     assert x86_64_levels(v2 | v3 | v4) == {"X86_64_V2", "X86_64_V3", "X86_64_V4"}
     assert x86_64_levels(v2 | (v3 - {"MOVBE"}) | v4) == {"X86_64_V2"}, "a level needs the one below it"
     assert x86_64_levels(v3 | v4) == set()
+
+
+def test_kconfig_keeps_y_and_m_apart_and_labels_both_true() -> None:
+    from sro.node.discovery.config import Config
+    from sro.node.discovery.kernel import SOURCE, parse_kconfig
+    from sro.node.discovery.sources import Features
+
+    raw = parse_kconfig('CONFIG_NO_HZ=y\nCONFIG_PREEMPT=m\nCONFIG_LSM="landlock"\n# CONFIG_X is not set\n')
+    assert raw == {"NO_HZ": "y", "PREEMPT": "m", "LSM": "landlock"}
+    labels = SOURCE.labels(
+        Features(attributes={"config": raw}), Config(kernel_config_opts=("NO_HZ", "PREEMPT", "LSM"))
+    )
+    assert {k.rsplit("/", 1)[1]: v for k, v in labels.items()} == {
+        "kernel-config.NO_HZ": "true",
+        "kernel-config.PREEMPT": "true",
+        "kernel-config.LSM": "landlock",
+    }

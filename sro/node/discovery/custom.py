@@ -84,9 +84,7 @@ class FeatureView:
         attrs = raw.attributes.get(feature)
         if attrs is None:
             return None
-        if name == "kernel.config":  # sro keeps NFD's label value "true" for y and m; rules see "y"
-            attrs = {k: "y" if v == "true" else v for k, v in attrs.items()}
-        elif name == "system.osrelease" and "VERSION_ID" in attrs:
+        if name == "system.osrelease" and "VERSION_ID" in attrs:
             major, _, rest = attrs["VERSION_ID"].partition(".")
             extra = {"VERSION_ID.major": major} if major.isdigit() else {}
             minor = rest.partition(".")[0]

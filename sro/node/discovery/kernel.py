@@ -30,7 +30,8 @@ def parse_version(release: str) -> dict[str, str]:
 
 
 def parse_kconfig(text: str) -> dict[str, str]:
-    """`CONFIG_X=y|m` -> "true"; other values unquoted; `# ... is not set` lines skipped."""
+    """`CONFIG_X=v` -> {"X": v} with string values unquoted (raw: `y` built in, `m` a module, as NFD's
+    rules see them); `# ... is not set` lines skipped. The labeling step turns y and m into "true"."""
     out: dict[str, str] = {}
     for line in text.splitlines():
         if not line.startswith("CONFIG_"):
@@ -38,7 +39,7 @@ def parse_kconfig(text: str) -> dict[str, str]:
         key, sep, value = line.partition("=")
         if not sep:
             continue
-        out[key.removeprefix("CONFIG_")] = "true" if value in ("y", "m") else value.strip('"')
+        out[key.removeprefix("CONFIG_")] = value.strip('"')
     return out
 
 
@@ -104,7 +105,7 @@ class KernelSource:
         kconfig = features.attributes.get("config", {})
         for opt in config.kernel_config_opts:
             if opt in kconfig:
-                out[nfd_key(NAME, f"config.{opt}")] = kconfig[opt]
+                out[nfd_key(NAME, f"config.{opt}")] = "true" if kconfig[opt] in ("y", "m") else kconfig[opt]
         if features.attributes.get("selinux", {}).get("enabled") == "true":
             out[nfd_key(NAME, "selinux.enabled")] = "true"
         return out

@@ -159,6 +159,22 @@ def get_pod(cluster: LocalCluster, name: str) -> dict[str, object]:
     return json.loads(cluster.kubectl("get", "pod", name, "-n", "default", "-o", "json").stdout)  # type: ignore[no-any-return]
 
 
+def run_to_completion(
+    cluster: LocalCluster, name: str, gpus: int, script: str, image: str, resource: str = RESOURCE
+) -> str:
+    """Run a pod asking for `gpus` devices to its end; returns its log and deletes it."""
+    run_pod(cluster, name, gpus, script, image, resource)
+    try:
+
+        def finished() -> bool:
+            return get_pod(cluster, name)["status"].get("phase") in ("Succeeded", "Failed")  # type: ignore[attr-defined]
+
+        wait_for("pod to finish", finished)
+        return cluster.kubectl("logs", name, "-n", "default").stdout
+    finally:
+        delete_pod(cluster, name)
+
+
 def delete_pod(cluster: LocalCluster, name: str) -> None:
     cluster.kubectl(
         "delete",
@@ -200,16 +216,7 @@ def test_pod_gets_exactly_two_devices(
         f'mknod /dev/sro-other c {major} 200 && echo "OTHER $(cat /dev/sro-other 2>&1 >/dev/null)"; true'
     )
     name = "sro-e2e-two-gpus"
-    run_pod(cluster, name, 2, script, busybox)
-    try:
-
-        def finished() -> bool:
-            return get_pod(cluster, name)["status"].get("phase") in ("Succeeded", "Failed")  # type: ignore[attr-defined]
-
-        wait_for("pod to finish", finished)
-        logs = cluster.kubectl("logs", name, "-n", "default").stdout
-    finally:
-        delete_pod(cluster, name)
+    logs = run_to_completion(cluster, name, 2, script, busybox)
     visible = re.search(r"^VISIBLE=(.*)$", logs, re.M)
     assert visible, logs
     uuids = visible.group(1).split(",")
@@ -234,16 +241,7 @@ def test_time_sliced_device_is_a_resource_of_its_own(
     last = driver["devices"][-1]  # type: ignore[index]
     name = "sro-e2e-shared"
     script = 'echo "VISIBLE=$SRO_VISIBLE_DEVICES"; ls /dev | grep sro-; true'
-    run_pod(cluster, name, 2, script, busybox, resource=SHARED)
-    try:
-
-        def finished() -> bool:
-            return get_pod(cluster, name)["status"].get("phase") in ("Succeeded", "Failed")  # type: ignore[attr-defined]
-
-        wait_for("pod to finish", finished)
-        logs = cluster.kubectl("logs", name, "-n", "default").stdout
-    finally:
-        delete_pod(cluster, name)
+    logs = run_to_completion(cluster, name, 2, script, busybox, resource=SHARED)
     # two replicas of one GPU: the GPU once, its node once
     assert f"VISIBLE={last['uuid']}" in logs, logs  # type: ignore[index]
     assert sorted(line for line in logs.splitlines() if line.startswith("sro-")) == [

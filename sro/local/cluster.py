@@ -180,9 +180,10 @@ class LocalCluster:
         exe = comp.argv[0]
         others = _pids_of(exe)
         if others:
+            pids = " ".join(map(str, others))
             raise ClusterError(
-                f"{Path(exe).name} is already running (pid {', '.join(map(str, others))}) but was not started by "
-                f"`sro local up`; stop it (or run `sro local down` if it is a leftover) and try again"
+                f"{Path(exe).name} is already running (pid {pids}) without a pid file of ours, so "
+                f"`sro local down` cannot stop it; if it is a leftover of an earlier run, `kill {pids}` and try again"
             )
 
     def ensure_up(self, progress: Progress = _quiet) -> bool:

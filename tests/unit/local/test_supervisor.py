@@ -46,3 +46,21 @@ def test_port_owner_names_a_listener() -> None:
         s.listen()
         owner = supervisor.port_owner(s.getsockname()[1])
     assert owner is not None and f"pid {os.getpid()}" in owner
+
+
+def test_up_refuses_a_daemon_of_the_same_kind_it_did_not_start(tmp_path: Path) -> None:
+    import subprocess
+
+    import pytest
+
+    from sro.local.cluster import ClusterError, LocalCluster
+    from sro.local.components import NodeFacts
+
+    cluster = LocalCluster(Layout(state=tmp_path), NodeFacts("n", "10.0.0.1"))
+    stray = subprocess.Popen(["/bin/sleep", "30"])
+    try:
+        with pytest.raises(ClusterError, match=rf"sleep is already running \(pid [0-9 ]*{stray.pid}.*kill"):
+            cluster._check_free(Component("sleeper", ("/bin/sleep", "1"), Health()))
+    finally:
+        stray.kill()
+        stray.wait()

@@ -162,6 +162,34 @@ def hook_entry(driver: Driver, stage: str = "prestart", extra: list[str] | None 
     return HookCommand(PYTHON, tuple(driver.hook_options())).entry(stage, extra or [])
 
 
+def podman_run(
+    rootfs: Path,
+    script: str,
+    *,
+    hooks_dir: Path | None = None,
+    env: list[str] | None = None,
+    devices: list[str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """`podman run` of a rootfs with no network and explicit ulimits (this VM's hard limit is 20000)."""
+    args = ["podman"] + (["--hooks-dir", str(hooks_dir)] if hooks_dir else [])
+    args += [
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--ulimit",
+        "nofile=1024:1024",
+        "--ulimit",
+        "nproc=1024:1024",
+    ]
+    for e in env or []:
+        args += ["--env", e]
+    for d in devices or []:
+        args += ["--device", d]
+    args += ["--rootfs", str(rootfs), "/bin/sh", "-c", script]
+    return subprocess.run(args, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+
 def mount_points() -> set[str]:
     with open("/proc/self/mountinfo") as f:
         return {line.split()[4] for line in f}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.root.conftest import PYTHON, Driver, make_rootfs, mount_points
+from tests.root.conftest import PYTHON, Driver, make_rootfs, mount_points, podman_run
 
 pytestmark = [
     pytest.mark.root,
@@ -48,30 +48,11 @@ def test_podman_injects_from_the_generated_spec(tmp_path: Path, driver: Driver) 
             ],
             check=True,
         )
-        res = subprocess.run(
-            [
-                "podman",
-                "run",
-                "--rm",
-                "--network",
-                "none",
-                "--ulimit",
-                "nofile=1024:1024",
-                "--ulimit",
-                "nproc=1024:1024",
-                "--device",
-                "sro.dev/simulated-gpu=1",
-                "--rootfs",
-                str(rootfs),
-                "/bin/sh",
-                "-c",
-                "ls /dev | grep sro- | tr '\\n' ' '; cat /dev/sro-simgpu1 2>&1; ldconfig -p | grep -c simgpu; "
-                "echo $SRO_VISIBLE_DEVICES",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            stdin=subprocess.DEVNULL,
+        res = podman_run(
+            rootfs,
+            "ls /dev | grep sro- | tr '\\n' ' '; cat /dev/sro-simgpu1 2>&1; ldconfig -p | grep -c simgpu; "
+            "echo $SRO_VISIBLE_DEVICES",
+            devices=["sro.dev/simulated-gpu=1"],
         )
     finally:
         spec.unlink(missing_ok=True)

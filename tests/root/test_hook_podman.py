@@ -9,32 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.root.conftest import PYTHON, Driver, make_rootfs, mount_points
+from tests.root.conftest import PYTHON, Driver, make_rootfs, mount_points, podman_run
 
 pytestmark = [
     pytest.mark.root,
     pytest.mark.skipif(shutil.which("podman") is None, reason="podman not installed"),
 ]
-
-
-def _podman(hooks_dir: Path, rootfs: Path, env: list[str], script: str) -> subprocess.CompletedProcess[str]:
-    args = [
-        "podman",
-        "--hooks-dir",
-        str(hooks_dir),
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        "--ulimit",
-        "nofile=1024:1024",
-        "--ulimit",
-        "nproc=1024:1024",
-    ]
-    for e in env:
-        args += ["--env", e]
-    args += ["--rootfs", str(rootfs), "/bin/sh", "-c", script]
-    return subprocess.run(args, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
 
 
 def test_hooks_d_file_injects_through_podman(tmp_path: Path, driver: Driver) -> None:
@@ -68,16 +48,16 @@ def test_hooks_d_file_injects_through_podman(tmp_path: Path, driver: Driver) -> 
     rootfs = make_rootfs(tmp_path / "rootfs")
     before = mount_points()
     script = "ls /dev | grep sro- | tr '\\n' ' '; cat /dev/sro-simgpu1 2>&1; ldconfig -p | grep -c simgpu; simgpu-smi -L"
-    res = _podman(hooks_dir, rootfs, ["SRO_VISIBLE_DEVICES=1"], script)
+    res = podman_run(rootfs, hooks_dir=hooks_dir, env=["SRO_VISIBLE_DEVICES=1"], script=script)
     out = res.stdout + res.stderr
     assert "sro-simgpu1 sro-simgpuctl" in out and "sro-simgpu0" not in out, out
     assert "No such device or address" in out, out  # cgroup allows it: ENXIO, not EPERM
     assert "\n2\n" in out, out
     # nothing asked, nothing injected; the hook ran and returned at once
-    res = _podman(hooks_dir, rootfs, [], "ls /dev | grep -c sro- || true")
+    res = podman_run(rootfs, hooks_dir=hooks_dir, env=[], script="ls /dev | grep -c sro- || true")
     assert res.stdout.strip() == "0", res.stdout + res.stderr
     # a bad request fails the start with the hook's reason
-    res = _podman(hooks_dir, rootfs, ["SRO_VISIBLE_DEVICES=9"], "echo STARTED")
+    res = podman_run(rootfs, hooks_dir=hooks_dir, env=["SRO_VISIBLE_DEVICES=9"], script="echo STARTED")
     assert "STARTED" not in res.stdout and "unknown device id '9'" in res.stderr, res.stderr
     # podman mounts its own storage on first use; nothing else may appear in the host's table
     assert {m for m in mount_points() - before if not m.startswith("/var/lib/containers/")} == set()

@@ -16,7 +16,6 @@ import yaml
 
 from sro.local.layout import (
     CLUSTER_DOMAIN,
-    KUBERNETES_SERVICE_IP,
     PAUSE_IMAGE,
     POD_CIDR,
     RUNTIME_HANDLER,
@@ -342,6 +341,3 @@ def components(
 
 def admin_kubeconfig(layout: Layout, server_ip: str = "127.0.0.1") -> str:
     return kubeconfig(f"https://{server_ip}:{layout.ports.apiserver}", layout.pki, "admin", "sro-admin")
-
-
-_ = KUBERNETES_SERVICE_IP  # re-exported for the PKI SANs via layout; kept here so flags and certs agree

@@ -339,5 +339,5 @@ def components(
     return (etcd, containerd, apiserver, controller_manager, scheduler, kubelet, proxy)
 
 
-def admin_kubeconfig(layout: Layout, server_ip: str = "127.0.0.1") -> str:
-    return kubeconfig(f"https://{server_ip}:{layout.ports.apiserver}", layout.pki, "admin", "sro-admin")
+def admin_kubeconfig(layout: Layout) -> str:
+    return kubeconfig(f"https://127.0.0.1:{layout.ports.apiserver}", layout.pki, "admin", "sro-admin")

@@ -36,3 +36,12 @@ COMPONENT_LABEL: Final = "app.kubernetes.io/component"
 def sro_label(name: str) -> str:
     """Our label key for `name` (e.g. `sro_label("gpu.simulated")` -> `sro.dev/gpu.simulated`)."""
     return PREFIX + name
+
+# Labels the operator puts on every object it renders for a SpecialResource, and on their pods.
+SPECIALRESOURCE_LABEL: Final = f"{GROUP}/specialresource"
+STATE_LABEL: Final = f"{GROUP}/state"
+
+# Where the operator's `runtime` state keeps the node's runtime files (the stdlib-only hook as a
+# zipapp, the launcher the containerd runtime handler `sro` runs, hooks.d entries, CDI specs).
+RUNTIME_ROOT: Final = "/var/lib/sro/runtime"
+RUNTIME_LAUNCHER: Final = f"{RUNTIME_ROOT}/sro-runtime"

@@ -4,6 +4,11 @@ Debian 12 ships only kubectl as a binary, but its source package carries the who
 and Debian's Go builds it (about 5 minutes on 2 cores). The result is cached under
 `<cache>/kubernetes/<source version>-go<go version>/` with a manifest of checksums, so the build happens
 once per machine and a corrupted cache is detected (and rebuilt) instead of run.
+
+The 1.20 tree vendors modern-go/reflect2 1.0.1, which crashes ("fatal error: fault" in
+UnsafeMapType.UnsafeIterate) when built with Go 1.18 or later: json-iterator then takes the API
+server down on any pretty-printed response. Debian packages the fixed versions; their source replaces
+the vendored copies before the build, and the packages' versions are part of the cache key.
 """
 
 from __future__ import annotations
@@ -57,8 +62,58 @@ def go_version() -> str:
     return _run(["go", "env", "GOVERSION"]).strip()
 
 
+# Vendored Go modules of the 1.20 tree that break under Go >= 1.18, and the Debian package whose
+# source (under /usr/share/gocode/src/<import path>) replaces each before the build.
+VENDOR_FIXES: tuple[tuple[str, str], ...] = (
+    ("github.com/modern-go/reflect2", "golang-github-modern-go-reflect2-dev"),  # 1.0.2: Go 1.18 maps
+    ("github.com/json-iterator/go", "golang-github-json-iterator-go-dev"),  # 1.1.12: uses reflect2 1.0.2
+)
+GOCODE = Path("/usr/share/gocode/src")
+
+
+def _package_version(package: str) -> str:
+    out = subprocess.run(
+        ["dpkg-query", "-W", "-f", "${Version}", package], capture_output=True, text=True
+    )
+    if out.returncode != 0 or not out.stdout.strip():
+        raise BuildError(
+            f"the Debian package {package} is missing (its source replaces a vendored module that "
+            f"crashes under Go >= 1.18): apt-get install {package} (or run ./scripts/setup-host)"
+        )
+    return out.stdout.strip()
+
+
+def vendor_fix_tag() -> str:
+    """A short digest of the replacement packages' versions: a new version means a new cache."""
+    versions = ",".join(f"{pkg}={_package_version(pkg)}" for _, pkg in VENDOR_FIXES)
+    return hashlib.sha256(versions.encode()).hexdigest()[:8]
+
+
 def cache_key() -> str:
-    return f"{source_version()}-{go_version()}".replace("/", "_")
+    return f"{source_version()}-{go_version()}-vendorfix-{vendor_fix_tag()}".replace("/", "_")
+
+
+def replace_vendored(src: Path, gocode: Path = GOCODE) -> list[str]:
+    """Put the Debian packages' sources in place of the broken vendored modules; returns what changed.
+
+    Only the package's non-test sources (.go, assembly) and its license travel, as `go mod vendor`
+    would copy them.
+    """
+    done = []
+    for import_path, package in VENDOR_FIXES:
+        fixed = gocode / import_path
+        if not fixed.is_dir():
+            raise BuildError(f"{fixed} is missing: apt-get install {package}")
+        target = src / "vendor" / import_path
+        if not target.is_dir():
+            raise BuildError(f"the source tree has no vendor/{import_path} to replace")
+        shutil.rmtree(target)
+        target.mkdir(parents=True)
+        for f in fixed.iterdir():
+            if f.is_file() and (f.name == "LICENSE" or f.suffix in (".go", ".s")) and "_test." not in f.name:
+                shutil.copy2(f, target / f.name)
+        done.append(f"{import_path} <- {package} {_package_version(package)}")
+    return done
 
 
 def _sha256(path: Path) -> str:
@@ -113,6 +168,8 @@ def build(cache_dir: Path, progress: Progress) -> None:
         progress("Unpacking the source")
         _run(["dpkg-source", "--no-check", "-x", str(dsc), "src"], cwd=work, log=log)
         src = work / "src"
+        for line in replace_vendored(src):
+            progress(f"Vendored {line}")
         # GOPATH mode, as Debian's own rules build it.
         gopath = src / ".go"
         (gopath / "src" / "k8s.io").mkdir(parents=True)

@@ -9,17 +9,22 @@ The 1.20 tree vendors modern-go/reflect2 1.0.1, which crashes ("fatal error: fau
 UnsafeMapType.UnsafeIterate) when built with Go 1.18 or later: json-iterator then takes the API
 server down on any pretty-printed response. Debian packages the fixed versions; their source replaces
 the vendored copies before the build, and the packages' versions are part of the cache key.
+
+One build runs at a time per cache (a file lock); the work directory of a build that was killed is
+removed by the next one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from sro.local.layout import KUBE_BINARIES, KUBERNETES_SOURCE_PACKAGE, Layout
@@ -72,9 +77,7 @@ GOCODE = Path("/usr/share/gocode/src")
 
 
 def _package_version(package: str) -> str:
-    out = subprocess.run(
-        ["dpkg-query", "-W", "-f", "${Version}", package], capture_output=True, text=True
-    )
+    out = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", package], capture_output=True, text=True)
     if out.returncode != 0 or not out.stdout.strip():
         raise BuildError(
             f"the Debian package {package} is missing (its source replaces a vendored module that "
@@ -93,25 +96,31 @@ def cache_key() -> str:
     return f"{source_version()}-{go_version()}-vendorfix-{vendor_fix_tag()}".replace("/", "_")
 
 
-def replace_vendored(src: Path, gocode: Path = GOCODE) -> list[str]:
+def replace_vendored(
+    src: Path, gocode: Path = GOCODE, fixes: tuple[tuple[str, str], ...] = VENDOR_FIXES
+) -> list[str]:
     """Put the Debian packages' sources in place of the broken vendored modules; returns what changed.
 
-    Only the package's non-test sources (.go, assembly) and its license travel, as `go mod vendor`
-    would copy them.
+    Only the package's non-test sources (.go, assembly) travel, as `go mod vendor` would copy them;
+    the vendored LICENSE stays when the package ships none (Debian keeps it in its copyright file).
     """
     done = []
-    for import_path, package in VENDOR_FIXES:
+    for import_path, package in fixes:
         fixed = gocode / import_path
         if not fixed.is_dir():
-            raise BuildError(f"{fixed} is missing: apt-get install {package}")
+            raise BuildError(f"{fixed} is missing: apt-get install {package} (or run ./scripts/setup-host)")
         target = src / "vendor" / import_path
         if not target.is_dir():
             raise BuildError(f"the source tree has no vendor/{import_path} to replace")
+        license = target / "LICENSE"
+        license_text = license.read_bytes() if license.is_file() else None
         shutil.rmtree(target)
         target.mkdir(parents=True)
         for f in fixed.iterdir():
             if f.is_file() and (f.name == "LICENSE" or f.suffix in (".go", ".s")) and "_test." not in f.name:
                 shutil.copy2(f, target / f.name)
+        if license_text is not None and not license.exists():
+            license.write_bytes(license_text)
         done.append(f"{import_path} <- {package} {_package_version(package)}")
     return done
 
@@ -146,18 +155,45 @@ def ensure_kubernetes(layout: Layout, progress: Progress) -> Path:
     """The directory holding the Kubernetes binaries, building them first if the cache lacks them."""
     key = cache_key()
     cache_dir = layout.kube_cache(key)
-    problem = verify(cache_dir)
-    if problem is None:
+    if verify(cache_dir) is None:
         return cache_dir / "bin"
-    if cache_dir.exists():
-        progress(f"Kubernetes cache {cache_dir} is unusable ({problem}); rebuilding")
-        shutil.rmtree(cache_dir)
-    build(cache_dir, progress)
+    with _build_lock(cache_dir.parent, progress):
+        problem = verify(cache_dir)  # another `up` may have built it while we waited
+        if problem is None:
+            return cache_dir / "bin"
+        if cache_dir.exists():
+            progress(f"Kubernetes cache {cache_dir} is unusable ({problem}); rebuilding")
+            shutil.rmtree(cache_dir)
+        build(cache_dir, progress)
     return cache_dir / "bin"
 
 
+@contextlib.contextmanager
+def _build_lock(cache_root: Path, progress: Progress) -> Iterator[None]:
+    """One build at a time per cache: a second `up` waits instead of building the same tree again."""
+    cache_root.mkdir(parents=True, exist_ok=True)
+    with (cache_root / ".build.lock").open("a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress(f"Another Kubernetes build is running in {cache_root}; waiting for it")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        yield  # the lock goes with the file's close
+
+
+def remove_stale_builds(cache_root: Path) -> list[Path]:
+    """Work directories of builds that were killed (their temp dir outlives them); call under the lock."""
+    stale = sorted(p for p in cache_root.glob("build-*") if p.is_dir())
+    for p in stale:
+        shutil.rmtree(p, ignore_errors=True)
+    return stale
+
+
 def build(cache_dir: Path, progress: Progress) -> None:
+    """Build into a temp dir next to the cache and move the result in; the caller holds the lock."""
     cache_dir.parent.mkdir(parents=True, exist_ok=True)
+    for p in remove_stale_builds(cache_dir.parent):
+        progress(f"Removed {p}, left by a build that did not finish")
     log = cache_dir.parent / "build.log"
     log.write_text("")
     with tempfile.TemporaryDirectory(dir=cache_dir.parent, prefix="build-") as tmp:

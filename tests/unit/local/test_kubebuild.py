@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from sro.local import kubebuild
 from sro.local.layout import KUBE_BINARIES
 
@@ -36,3 +38,102 @@ def test_missing_truncated_or_unlisted_files_are_named(tmp_path: Path) -> None:
     assert "manifest unreadable" in (kubebuild.verify(cache) or "")
     (cache / "manifest.json").unlink()
     assert kubebuild.verify(cache) == "no manifest"
+
+
+# ---- the vendored modules replaced by Debian's fixed packages ----------------------------------
+FIXES = (("github.com/modern-go/reflect2", "golang-github-modern-go-reflect2-dev"),)
+
+
+def _gocode(tmp_path: Path) -> Path:
+    pkg = tmp_path / "gocode" / "github.com" / "modern-go" / "reflect2"
+    pkg.mkdir(parents=True)
+    for name in ("reflect2.go", "go_above_118.go", "reflect2_amd64.s", "reflect2_test.go", "go.mod"):
+        (pkg / name).write_text(f"fixed {name}\n")
+    (pkg / "testdata").mkdir()
+    return tmp_path / "gocode"
+
+
+def _source(tmp_path: Path) -> Path:
+    vendored = tmp_path / "src" / "vendor" / "github.com" / "modern-go" / "reflect2"
+    vendored.mkdir(parents=True)
+    (vendored / "reflect2.go").write_text("broken\n")
+    (vendored / "unsafe_old.go").write_text("gone in the fixed version\n")
+    (vendored / "LICENSE").write_text("Apache-2.0\n")
+    return tmp_path / "src"
+
+
+def test_replace_vendored_copies_sources_and_assembly_not_tests(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kubebuild, "_package_version", lambda package: "1.0.2-1")
+    src = _source(tmp_path)
+    done = kubebuild.replace_vendored(src, _gocode(tmp_path), FIXES)
+    assert done == ["github.com/modern-go/reflect2 <- golang-github-modern-go-reflect2-dev 1.0.2-1"]
+    target = src / "vendor" / "github.com" / "modern-go" / "reflect2"
+    assert sorted(p.name for p in target.iterdir()) == [
+        "LICENSE",  # kept: Debian ships the license in its copyright file, not in gocode
+        "go_above_118.go",
+        "reflect2.go",
+        "reflect2_amd64.s",
+    ]
+    assert (target / "reflect2.go").read_text() == "fixed reflect2.go\n"
+    assert (target / "LICENSE").read_text() == "Apache-2.0\n"
+
+
+def test_replace_vendored_names_the_missing_package(tmp_path: Path) -> None:
+    with pytest.raises(kubebuild.BuildError, match="apt-get install golang-github-modern-go-reflect2-dev"):
+        kubebuild.replace_vendored(_source(tmp_path), tmp_path / "no-gocode", FIXES)
+    with pytest.raises(kubebuild.BuildError, match=r"no vendor/github\.com/modern-go/reflect2"):
+        kubebuild.replace_vendored(tmp_path / "empty", _gocode(tmp_path), FIXES)
+
+
+def test_a_missing_replacement_package_is_a_build_error_naming_apt_get() -> None:
+    with pytest.raises(kubebuild.BuildError, match="apt-get install sro-no-such-package"):
+        kubebuild._package_version("sro-no-such-package")
+
+
+def test_cache_key_changes_with_the_replacement_packages(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kubebuild, "source_version", lambda: "1.20.5+really1.20.2-1.1+deb12u1")
+    monkeypatch.setattr(kubebuild, "go_version", lambda: "go1.19.8")
+    versions = {
+        "golang-github-modern-go-reflect2-dev": "1.0.2-2",
+        "golang-github-json-iterator-go-dev": "1.1.12-1",
+    }
+    monkeypatch.setattr(kubebuild, "_package_version", lambda package: versions[package])
+    key = kubebuild.cache_key()
+    assert key.startswith("1.20.5+really1.20.2-1.1+deb12u1-go1.19.8-vendorfix-") and "/" not in key
+    assert kubebuild.cache_key() == key, "the key is stable"
+    versions["golang-github-json-iterator-go-dev"] = "1.1.12-2"
+    assert kubebuild.cache_key() != key, "a new package version means a rebuild"
+
+
+def test_a_killed_builds_work_dir_is_removed(tmp_path: Path) -> None:
+    (tmp_path / "build-abc123" / "src").mkdir(parents=True)
+    (tmp_path / "1.20-go1.19").mkdir()  # a cache, not a work dir
+    (tmp_path / "build.log").write_text("")
+    assert kubebuild.remove_stale_builds(tmp_path) == [tmp_path / "build-abc123"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["1.20-go1.19", "build.log"]
+
+
+def test_a_second_build_waits_for_the_first(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    # another process holds the lock for a moment, as a running `up` would
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import fcntl,sys,time; f=open(sys.argv[1],'a'); fcntl.flock(f, fcntl.LOCK_EX); "
+         "print('locked', flush=True); time.sleep(0.5)", str(tmp_path / ".build.lock")],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        said: list[str] = []
+        t0 = time.monotonic()
+        with kubebuild._build_lock(tmp_path, said.append):
+            waited = time.monotonic() - t0
+        assert waited > 0.2 and said and "waiting" in said[0]
+    finally:
+        holder.kill()
+        holder.communicate()

@@ -128,18 +128,29 @@ class LocalCluster:
 
     # ---- status ------------------------------------------------------------------------------
     def status(self) -> list[tuple[str, str, str]]:
-        """(component, state, detail) for every daemon, without starting anything."""
+        """(component, state, detail) for every daemon, without starting anything.
+
+        States: running, unhealthy (alive but its health check fails), dead (`up` started it and it
+        exited since: our pid file names a process that is gone), stopped (never started, or `down`).
+        """
         rows = []
         for comp in self._components(self.layout.bin):
             proc = supervisor.running(self.layout, comp.name)
             if proc is None:
-                state = "stale pid file" if supervisor.stale_pidfile(self.layout, comp.name) else "stopped"
-                rows.append((comp.name, state, ""))
+                if supervisor.stale_pidfile(self.layout, comp.name):
+                    rows.append((comp.name, "dead", f"exited; log: {self.layout.log(comp.name)}"))
+                else:
+                    rows.append((comp.name, "stopped", ""))
             elif supervisor.healthy(self.layout, comp.health):
                 rows.append((comp.name, "running", f"pid {proc.pid}"))
             else:
                 rows.append((comp.name, "unhealthy", f"pid {proc.pid}; log: {self.layout.log(comp.name)}"))
         return rows
+
+    def death_report(self, name: str, lines: int = 12) -> str:
+        """What a dead daemon's log says about its end: the last lines, and before them the line where
+        it crashed (a Go runtime fatal error or panic is followed by pages of goroutine stacks)."""
+        return crash_summary(supervisor.log_tail(self.layout, name, lines=5000), lines)
 
     def is_healthy(self) -> bool:
         return all(state == "running" for _, state, _ in self.status()) and self.node_ready()
@@ -322,6 +333,23 @@ class LocalCluster:
                 f"Removed the cluster's data ({self.layout.state}, {self.layout.kubelet_root}, containerd's)"
             )
         progress("Local cluster down")
+
+
+_CRASH_MARKERS = ("fatal error:", "panic:", "F0", "F1")  # Go runtime, Go panic, klog's Fatal
+
+
+def crash_summary(log_text: str, lines: int = 12) -> str:
+    """The last `lines` lines of the daemon's latest run, preceded by its first crash line (and the two
+    after it) when that lies further up. `supervisor.start` begins each run with a `==== ` line."""
+    all_lines = log_text.splitlines()
+    starts = [i for i, line in enumerate(all_lines) if line.startswith("==== ")]
+    run = all_lines[starts[-1] :] if starts else all_lines
+    tail = run[-lines:]
+    crash = next((i for i, line in enumerate(run) if line.startswith(_CRASH_MARKERS)), None)
+    if crash is None or crash >= len(run) - lines:
+        return "\n".join(tail)
+    head = run[crash : min(crash + 3, len(run) - lines)]
+    return "\n".join([*head, "...", *tail])
 
 
 def _pids_of(exe: str) -> list[int]:

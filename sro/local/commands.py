@@ -78,7 +78,14 @@ def status() -> None:
     for name, state, detail in rows:
         color = {"running": "green", "stopped": "dim"}.get(state, "red")
         table.add_row(name, f"[{color}]{state}[/{color}]", detail)
-    Console().print(table)
+    out = Console()
+    out.print(table)
+    dead = [name for name, state, _ in rows if state == "dead"]
+    for name in dead:
+        out.print(f"\n[bold red]{name} died[/bold red]; the end of {cluster.layout.log(name)}:")
+        out.print(cluster.death_report(name), markup=False, highlight=False)
+    if dead:
+        out.print(f"\nRun `sro local up` to restart {', '.join(dead)} (what still runs is kept as it is).")
     up = all(state == "running" for _, state, _ in rows)
     ready = up and cluster.node_ready()
     click.echo(f"node {cluster.node_name}: {'Ready' if ready else 'not ready'}")

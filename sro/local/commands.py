@@ -83,7 +83,7 @@ def status() -> None:
     dead = [name for name, state, _ in rows if state == "dead"]
     for name in dead:
         out.print(f"\n[bold red]{name} died[/bold red]; the end of {cluster.layout.log(name)}:")
-        out.print(cluster.death_report(name), markup=False, highlight=False)
+        out.print(cluster.death_report(name), markup=False, highlight=False, soft_wrap=True)
     if dead:
         out.print(f"\nRun `sro local up` to restart {', '.join(dead)} (what still runs is kept as it is).")
     up = all(state == "running" for _, state, _ in rows)

@@ -59,6 +59,22 @@ class Recipe:
         """Namespace of this hardware's own node labels (GFD-compatible for NVIDIA)."""
         return f"{PREFIX}{self.name}." if self.simulated else self.resource.split("/")[0] + "/"
 
+    @property
+    def count_label(self) -> str:
+        """The label discovery publishes with the number of devices (GFD's `gpu.count`)."""
+        return self.label_prefix + ("count" if self.simulated else "gpu.count")
+
+    def default_node_selector_terms(self) -> tuple[dict[str, str], ...]:
+        """Alternative label sets that select this hardware's nodes, as discovery publishes them with
+        its default config (`pci-<class>_<vendor>.present`). Simulated hardware matches no PCI
+        device: its nodes opt in with `sro.dev/<recipe>.enabled=true`."""
+        if self.simulated:
+            return ({f"{PREFIX}{self.name}.enabled": "true"},)
+        return tuple(
+            {f"feature.node.kubernetes.io/pci-{c}_{self.pci_vendor}.present": "true"}
+            for c in self.pci_classes
+        )
+
 
 NVIDIA_GPU = Recipe(**builtin.NVIDIA_GPU)
 SIMULATED_GPU = Recipe(**builtin.SIMULATED_GPU)

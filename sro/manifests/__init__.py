@@ -7,6 +7,7 @@ the e2e tests and the operator all render the same templates, so what is tested 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
@@ -21,19 +22,35 @@ def components() -> list[str]:
     return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("_"))
 
 
-def render_text(component: str, **values: Any) -> str:
-    """The component's manifests as one multi-document YAML string."""
+def templates(component: str) -> dict[str, str]:
+    """File name -> template text of the component, in apply order."""
     root = resources.files(__name__) / component
     if not root.is_dir():
         raise ValueError(f"no manifests for component {component!r}; known: {', '.join(components())}")
+    files = sorted((p for p in root.iterdir() if p.name.endswith((".yaml", ".yml"))), key=lambda p: p.name)
+    return {f.name: f.read_text() for f in files}
+
+
+def render_text(component: str, overrides: Mapping[str, str] | None = None, **values: Any) -> str:
+    """The component's manifests as one multi-document YAML string.
+
+    `overrides` (file name -> template) replace the file of the same name or add new ones, in
+    file-name order: an admin's custom manifests for a state go through the same renderer.
+    """
+    merged = {**templates(component), **(overrides or {})}
     docs = []
-    for f in sorted((p for p in root.iterdir() if p.name.endswith((".yaml", ".yml"))), key=lambda p: p.name):
+    for name in sorted(merged):
         try:
-            docs.append(_env.from_string(f.read_text()).render(**values).strip())
-        except jinja2.UndefinedError as e:
-            raise ValueError(f"{component}/{f.name}: {e.message}") from e
+            docs.append(_env.from_string(merged[name]).render(**values).strip())
+        except jinja2.TemplateError as e:
+            where = f"{component}/{name}" + (" (custom)" if overrides and name in overrides else "")
+            raise ValueError(f"{where}: {getattr(e, 'message', None) or e}") from e
     return "\n---\n".join(docs) + "\n"
 
 
-def render(component: str, **values: Any) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(render_text(component, **values)) if d]
+def render(component: str, overrides: Mapping[str, str] | None = None, **values: Any) -> list[dict[str, Any]]:
+    text = render_text(component, overrides, **values)
+    try:
+        return [d for d in yaml.safe_load_all(text) if d]
+    except yaml.YAMLError as e:
+        raise ValueError(f"{component}: the rendered manifests are not valid YAML: {e}") from e

@@ -1,0 +1,445 @@
+"""The SpecialResource API (`sro.dev/v1alpha1`, cluster-scoped): its spec as typed records, the
+state names in order, and the node label keys the operator writes.
+
+Why here, in `api/`: the operator reconciles these records, `sro install` turns `crd()` into the CRD
+the API server validates with, `sro status` reads the same label keys, and none of them may drift.
+The API server already refuses what the schema forbids (with the field named); `parse_spec` repeats
+the checks that a schema cannot express (a name too long for label keys, a driver image template
+with an unknown variable) and raises `SpecError` naming the field, which the operator shows as the
+`Degraded` condition.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from sro.api.names import GROUP, KIND, PLURAL, PREFIX, SHORT_NAME, VERSION
+
+# The ordered states, as the seeds name them. Each starts on a node only after the previous one is
+# ready there; `sro.dev/<sr>.<state>=ready` records it on the Node.
+DRIVER: Final = "driver"
+DRIVER_VALIDATION: Final = "driver-validation"
+RUNTIME: Final = "runtime"
+DEVICE_PLUGIN: Final = "device-plugin"
+DEVICE_PLUGIN_VALIDATION: Final = "device-plugin-validation"
+MONITORING: Final = "monitoring"
+FEATURE_DISCOVERY: Final = "feature-discovery"
+STATE_NAMES: Final = (
+    DRIVER,
+    DRIVER_VALIDATION,
+    RUNTIME,
+    DEVICE_PLUGIN,
+    DEVICE_PLUGIN_VALIDATION,
+    MONITORING,
+    FEATURE_DISCOVERY,
+)
+# The spec's field for each state (camelCase, as Kubernetes APIs spell fields).
+STATE_FIELDS: Final = {
+    DRIVER: "driver",
+    DRIVER_VALIDATION: "driverValidation",
+    RUNTIME: "runtime",
+    DEVICE_PLUGIN: "devicePlugin",
+    DEVICE_PLUGIN_VALIDATION: "devicePluginValidation",
+    MONITORING: "monitoring",
+    FEATURE_DISCOVERY: "featureDiscovery",
+}
+# Disabled unless asked: the monitoring state has no exporter to deploy yet (status says so).
+DISABLED_BY_DEFAULT: Final = frozenset({MONITORING})
+
+READY: Final = "ready"
+LABEL_NAME_MAX: Final = 63  # the part of a label key after the prefix
+# Variables a driver image template may use, filled per node from NFD labels.
+IMAGE_TEMPLATE_VARS: Final = ("version", "kernel", "os_id", "os_version", "os_major")
+DEFAULT_NVIDIA_IMAGE_TEMPLATE: Final = "nvcr.io/nvidia/driver:{version}-{os_id}{os_version}"
+
+
+class SpecError(ValueError):
+    """The spec passes the schema but cannot work; the message names the field to fix."""
+
+
+def state_label(sr: str, state: str) -> str:
+    """`sro.dev/<sr>.<state>`: set to `ready` on a node when the state is ready there."""
+    return f"{PREFIX}{sr}.{state}"
+
+
+def validated_label(sr: str) -> str:
+    return f"{PREFIX}{sr}.validated"
+
+
+def not_ready_taint(sr: str) -> str:
+    """The startup taint (`spec.startupTaint`) kept on a matching node until it is validated."""
+    return f"{PREFIX}{sr}.not-ready"
+
+
+def reached_annotation(sr: str) -> str:
+    """Node annotation with the time each state became ready there (`state=RFC3339,...`)."""
+    return f"{PREFIX}{sr}.reached"
+
+
+def simulated_opt_in_label(recipe: str) -> str:
+    """Nodes opt in to a simulated recipe with this label set to `true` (no PCI device to match)."""
+    return f"{PREFIX}{recipe}.enabled"
+
+
+def longest_label_name(sr: str) -> str:
+    return max((f"{sr}.{s}" for s in (*STATE_NAMES, "validated", "not-ready", "reached")), key=len)
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    """What every state lets an admin set: on/off, the container image, args, env, resources."""
+
+    enabled: bool = True
+    image: str = ""  # empty: the operator's own image
+    image_pull_policy: str = ""  # empty: IfNotPresent (Never for localhost/ images)
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    resources: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DriverSpec:
+    mode: str = "container"  # container | host (pre-installed on the node: nothing is deployed)
+    version: str = ""
+    image_template: str = ""  # e.g. registry/driver:{version}-{kernel}; default per recipe
+    devices_config: str = ""  # simulated recipe: the devices YAML (default: 8 GPUs, NVLink)
+
+
+@dataclass(frozen=True)
+class NodeSelectorTerm:
+    """Labels that must all match (key -> value; an empty value means the key must exist)."""
+
+    match: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class SpecialResourceSpec:
+    recipe: str
+    recipe_config_map: str = ""  # a ConfigMap in the operator's namespace whose `recipe.yaml` is a recipe
+    node_selector: Mapping[str, str] = field(default_factory=dict)  # empty: the recipe's default
+    startup_taint: bool = False
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    priority_class_name: str = ""
+    custom_manifests: str = ""  # a ConfigMap in the operator's namespace: `<state>.<NNNN>_<name>.yaml`
+    states: Mapping[str, StateSpec] = field(default_factory=dict)
+    driver: DriverSpec = DriverSpec()
+    device_plugin_config: str = ""  # the plugin's config.yaml
+    workload_command: tuple[str, ...] = ()  # device-plugin-validation: what runs inside (e.g. vectorAdd)
+
+    def state(self, name: str) -> StateSpec:
+        return self.states.get(name) or StateSpec(enabled=name not in DISABLED_BY_DEFAULT)
+
+
+def _str(doc: Mapping[str, Any], key: str, where: str, default: str = "") -> str:
+    value = doc.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise SpecError(f"{where}.{key}: expected a string, got {value!r}")
+    return value
+
+
+def _bool(doc: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
+    value = doc.get(key, default)
+    if not isinstance(value, bool):
+        raise SpecError(f"{where}.{key}: expected true or false, got {value!r}")
+    return value
+
+
+def _mapping(doc: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    value = doc.get(key) or {}
+    if not isinstance(value, Mapping):
+        raise SpecError(f"{where}.{key}: expected an object, got {value!r}")
+    return value
+
+
+def _strings(doc: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
+    value = doc.get(key) or []
+    if (
+        not isinstance(value, Sequence)
+        or isinstance(value, str)
+        or not all(isinstance(v, str) for v in value)
+    ):
+        raise SpecError(f"{where}.{key}: expected a list of strings, got {value!r}")
+    return tuple(value)
+
+
+def _state_spec(doc: Mapping[str, Any], where: str, enabled: bool) -> StateSpec:
+    env = []
+    for i, item in enumerate(doc.get("env") or []):
+        if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
+            raise SpecError(f"{where}.env[{i}]: expected {{name: ..., value: ...}}, got {item!r}")
+        env.append((item["name"], str(item.get("value", ""))))
+    return StateSpec(
+        enabled=_bool(doc, "enabled", where, enabled),
+        image=_str(doc, "image", where),
+        image_pull_policy=_str(doc, "imagePullPolicy", where),
+        args=_strings(doc, "args", where),
+        env=tuple(env),
+        resources=dict(_mapping(doc, "resources", where)),
+    )
+
+
+def check_image_template(template: str, where: str) -> None:
+    """Refuse a template naming a variable the operator cannot fill (before anything is deployed)."""
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as e:
+        raise SpecError(f"{where}: malformed template {template!r}: {e}") from e
+    unknown = sorted({f for f in fields if f not in IMAGE_TEMPLATE_VARS})
+    if unknown:
+        raise SpecError(
+            f"{where}: unknown variable(s) {', '.join('{' + u + '}' for u in unknown)} in {template!r}; "
+            f"known: {', '.join('{' + v + '}' for v in IMAGE_TEMPLATE_VARS)}"
+        )
+
+
+def check_name(name: str) -> None:
+    longest = longest_label_name(name)
+    if len(longest) > LABEL_NAME_MAX:
+        raise SpecError(
+            f"metadata.name: {name!r} is too long for sro's node label keys ({PREFIX}{longest} has "
+            f"{len(longest)} characters after the prefix, at most {LABEL_NAME_MAX}); use a name of at most "
+            f"{LABEL_NAME_MAX - (len(longest) - len(name))} characters"
+        )
+
+
+def parse_spec(name: str, spec: Mapping[str, Any]) -> SpecialResourceSpec:
+    """The typed spec of SpecialResource `name`; raises SpecError naming the first field to fix."""
+    check_name(name)
+    if not isinstance(spec, Mapping):
+        raise SpecError("spec: expected an object")
+    recipe = _str(spec, "recipe", "spec")
+    if not recipe:
+        raise SpecError("spec.recipe: required (a built-in recipe such as simulated-gpu or nvidia-gpu)")
+    states = {}
+    for state, fld in STATE_FIELDS.items():
+        states[state] = _state_spec(
+            _mapping(spec, fld, "spec"), f"spec.{fld}", enabled=state not in DISABLED_BY_DEFAULT
+        )
+    drv = _mapping(spec, "driver", "spec")
+    mode = _str(drv, "mode", "spec.driver", "container")
+    if mode not in ("container", "host"):
+        raise SpecError(f"spec.driver.mode: must be container or host, got {mode!r}")
+    template = _str(drv, "imageTemplate", "spec.driver")
+    if template:
+        check_image_template(template, "spec.driver.imageTemplate")
+    selector = _mapping(spec, "nodeSelector", "spec")
+    tolerations = spec.get("tolerations") or []
+    if not isinstance(tolerations, list) or not all(isinstance(t, Mapping) for t in tolerations):
+        raise SpecError("spec.tolerations: expected a list of tolerations")
+    dp = _mapping(spec, "devicePlugin", "spec")
+    dpv = _mapping(spec, "devicePluginValidation", "spec")
+    return SpecialResourceSpec(
+        recipe=recipe,
+        recipe_config_map=_str(spec, "recipeConfigMap", "spec"),
+        node_selector={str(k): str(v) for k, v in selector.items()},
+        startup_taint=_bool(spec, "startupTaint", "spec", False),
+        tolerations=tuple(dict(t) for t in tolerations),
+        priority_class_name=_str(spec, "priorityClassName", "spec"),
+        custom_manifests=_str(spec, "customManifests", "spec"),
+        states=states,
+        driver=DriverSpec(
+            mode=mode,
+            version=_str(drv, "version", "spec.driver"),
+            image_template=template,
+            devices_config=_str(drv, "devicesConfig", "spec.driver"),
+        ),
+        device_plugin_config=_str(dp, "config", "spec.devicePlugin"),
+        workload_command=_strings(dpv, "workloadCommand", "spec.devicePluginValidation"),
+    )
+
+
+# ---- the CRD ---------------------------------------------------------------------------------
+_STR = {"type": "string"}
+
+
+def _state_schema(
+    description: str, enabled_default: bool, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    props: dict[str, Any] = {
+        "enabled": {"type": "boolean", "default": enabled_default, "description": "Deploy this state."},
+        "image": {"type": "string", "description": "Container image (default: the operator's own image)."},
+        "imagePullPolicy": {"type": "string", "enum": ["Always", "IfNotPresent", "Never"]},
+        "args": {"type": "array", "items": _STR, "description": "Extra arguments for the container."},
+        "env": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["name"],
+                "properties": {"name": _STR, "value": _STR},
+            },
+        },
+        "resources": {
+            "type": "object",
+            "properties": {
+                "requests": {"type": "object", "additionalProperties": {"x-kubernetes-int-or-string": True}},
+                "limits": {"type": "object", "additionalProperties": {"x-kubernetes-int-or-string": True}},
+            },
+        },
+    }
+    props.update(extra or {})
+    return {"type": "object", "description": description, "default": {}, "properties": props}
+
+
+def spec_schema() -> dict[str, Any]:
+    state_docs = {
+        DRIVER: "The driver container, one DaemonSet per kernel version among the selected nodes (OnDelete).",
+        DRIVER_VALIDATION: "A pod per node that checks the driver's device list against the backend.",
+        RUNTIME: "Installs the OCI hook, the runtime handler's launcher and CDI specs under /var/lib/sro/runtime.",
+        DEVICE_PLUGIN: "The kubelet device plugin announcing the recipe's extended resource.",
+        DEVICE_PLUGIN_VALIDATION: "A pod per node that gets one device through the scheduler and uses it.",
+        MONITORING: "The metrics exporter (not deployed yet by this version; keep it disabled).",
+        FEATURE_DISCOVERY: "Ready once discovery has published the recipe's device labels on the node.",
+    }
+    extras: dict[str, dict[str, Any]] = {
+        DRIVER: {
+            "mode": {
+                "type": "string",
+                "enum": ["container", "host"],
+                "default": "container",
+                "description": "host: the driver is pre-installed on the nodes; nothing is deployed.",
+            },
+            "version": {"type": "string", "description": "Driver version ({version} in the image template)."},
+            "imageTemplate": {
+                "type": "string",
+                "description": "Driver image per node; variables: "
+                + ", ".join("{" + v + "}" for v in IMAGE_TEMPLATE_VARS)
+                + " (from the node's NFD kernel and os_release labels).",
+            },
+            "devicesConfig": {"type": "string", "description": "simulated-gpu: the simulated devices YAML."},
+        },
+        DEVICE_PLUGIN: {"config": {"type": "string", "description": "The plugin's config.yaml."}},
+        DEVICE_PLUGIN_VALIDATION: {
+            "workloadCommand": {
+                "type": "array",
+                "items": _STR,
+                "description": "Run inside the validation workload (e.g. CUDA vectorAdd).",
+            },
+        },
+    }
+    props: dict[str, Any] = {
+        "recipe": {
+            "type": "string",
+            "minLength": 1,
+            "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+            "description": "A built-in recipe (simulated-gpu, nvidia-gpu) or the name of a custom one.",
+        },
+        "recipeConfigMap": {
+            "type": "string",
+            "description": "ConfigMap in sro-system whose recipe.yaml defines a custom recipe.",
+        },
+        "nodeSelector": {
+            "type": "object",
+            "additionalProperties": _STR,
+            "description": "Node labels that must all match (default: the recipe's PCI match).",
+        },
+        "startupTaint": {
+            "type": "boolean",
+            "default": False,
+            "description": "Taint matching nodes sro.dev/<name>.not-ready:NoSchedule until validated.",
+        },
+        "tolerations": {
+            "type": "array",
+            "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+            "description": "Added to every operand pod.",
+        },
+        "priorityClassName": {"type": "string", "description": "Priority class of the operand pods."},
+        "customManifests": {
+            "type": "string",
+            "description": "ConfigMap in sro-system; keys <state>.<NNNN>_<name>.yaml add to or "
+            "replace (same file name) a state's templates.",
+        },
+    }
+    for state, fld in STATE_FIELDS.items():
+        props[fld] = _state_schema(state_docs[state], state not in DISABLED_BY_DEFAULT, extras.get(state))
+    return {"type": "object", "required": ["recipe"], "properties": props}
+
+
+def status_schema() -> dict[str, Any]:
+    condition = {
+        "type": "object",
+        "required": ["type", "status"],
+        "properties": {
+            "type": _STR,
+            "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+            "reason": _STR,
+            "message": _STR,
+            "lastTransitionTime": _STR,
+        },
+    }
+    node_row = {
+        "type": "object",
+        "required": ["name"],
+        "properties": {
+            "name": _STR,
+            "state": {"type": "string", "description": "The last state ready on the node (validated: all)."},
+            "failing": {"type": "string", "description": "The state that is not ready yet."},
+            "reason": _STR,
+            "message": _STR,
+            "log": {"type": "string", "description": "Tail of the failing pod's log (at most 1 KiB)."},
+            "since": _STR,
+        },
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "ready": _STR,
+            "resource": _STR,
+            "observedGeneration": {"type": "integer"},
+            "nodeCount": {"type": "integer"},
+            "validatedCount": {"type": "integer"},
+            "stateCounts": {"type": "object", "additionalProperties": {"type": "integer"}},
+            "states": {
+                "type": "object",
+                "additionalProperties": _STR,
+                "description": "Per state: enabled, disabled or not deployed.",
+            },
+            "conditions": {"type": "array", "items": condition},
+            "nodes": {"type": "array", "items": node_row},
+        },
+    }
+
+
+def crd() -> dict[str, Any]:
+    """The CustomResourceDefinition document (apiextensions.k8s.io/v1)."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{PLURAL}.{GROUP}", "labels": {"app.kubernetes.io/managed-by": "sro"}},
+        "spec": {
+            "group": GROUP,
+            "scope": "Cluster",
+            "names": {"plural": PLURAL, "singular": KIND.lower(), "kind": KIND, "shortNames": [SHORT_NAME]},
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": [
+                        {"name": "Ready", "type": "string", "jsonPath": ".status.ready"},
+                        {"name": "Nodes", "type": "integer", "jsonPath": ".status.nodeCount"},
+                        {"name": "Validated", "type": "integer", "jsonPath": ".status.validatedCount"},
+                        {"name": "Recipe", "type": "string", "jsonPath": ".spec.recipe", "priority": 1},
+                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                    ],
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "apiVersion": _STR,
+                                "kind": _STR,
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema(),
+                                "status": status_schema(),
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }

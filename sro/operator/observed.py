@@ -1,0 +1,146 @@
+"""What the operator sees of the cluster, as plain frozen records: the input of the pure reconcile.
+
+Why records and not API objects: the reconcile must be unit-testable over recorded cluster states
+(multi-node, multi-kernel, a failing node, a node that leaves), so `sro/kube/` turns API objects into
+these few fields and tests write them by hand. `from_*` builders take the JSON of the API objects
+(dicts) so recorded states can also be plain `kubectl get -o json` output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sro.api.names import SPECIALRESOURCE_LABEL, STATE_LABEL
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    """A pod of one of our states (labelled with the SpecialResource and the state)."""
+
+    name: str
+    node: str
+    state: str
+    uid: str = ""
+    phase: str = "Pending"  # Pending | Running | Succeeded | Failed
+    ready: bool = False
+    reason: str = ""  # why it is not ready: a container's waiting/terminated reason, or the scheduler's
+    message: str = ""
+    restarts: int = 0
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    finished_at: datetime | None = None
+    deleting: bool = False
+    log: str = ""  # tail of the log, filled only for failing pods
+
+
+@dataclass(frozen=True)
+class SpecialResourceInfo:
+    name: str
+    uid: str
+    spec: Mapping[str, Any]
+    generation: int = 1
+    created: str = ""  # RFC 3339; the older of two SpecialResources claiming one resource wins
+    status: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything one reconcile of one SpecialResource reads."""
+
+    sr: SpecialResourceInfo
+    nodes: tuple[NodeInfo, ...]
+    pods: tuple[PodInfo, ...] = ()
+    others: tuple[SpecialResourceInfo, ...] = ()  # the other SpecialResources (resource conflicts)
+    owned: tuple[tuple[str, str], ...] = ()  # (kind, name) of objects that carry our label now
+    custom_manifests: Mapping[str, str] | None = None  # the ConfigMap's data, None if none asked/found
+    custom_recipe: Mapping[str, Any] | None = None  # recipe.yaml of spec.recipeConfigMap, parsed
+    image: str = ""  # the operator's own image: the default of every state
+
+
+def _time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+def node_from_json(doc: Mapping[str, Any]) -> NodeInfo:
+    md = doc.get("metadata", {})
+    return NodeInfo(
+        name=md["name"],
+        labels=dict(md.get("labels") or {}),
+        annotations=dict(md.get("annotations") or {}),
+        taints=tuple(doc.get("spec", {}).get("taints") or ()),
+    )
+
+
+def _not_ready_reason(status: Mapping[str, Any]) -> tuple[str, str, int, datetime | None]:
+    """(reason, message, restarts, finished_at) from a pod's status, the most telling first."""
+    reason, message, restarts, finished = "", "", 0, None
+    for cs in (*status.get("initContainerStatuses", ()), *status.get("containerStatuses", ())):
+        restarts += int(cs.get("restartCount", 0))
+        state = cs.get("state", {})
+        for key in ("waiting", "terminated"):
+            if key in state and not reason:
+                detail = state[key]
+                if key == "terminated" and detail.get("exitCode", 0) == 0:
+                    finished = finished or _time(detail.get("finishedAt"))
+                    continue
+                reason = detail.get("reason", "") or ("Error" if key == "terminated" else "")
+                message = detail.get("message", "") or (
+                    f"exit code {detail['exitCode']}" if "exitCode" in detail else ""
+                )
+                finished = _time(detail.get("finishedAt")) or finished
+    if not reason:
+        for cond in status.get("conditions", ()):
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                reason, message = cond.get("reason", "Unschedulable"), cond.get("message", "")
+    return reason, message, restarts, finished
+
+
+def pod_from_json(doc: Mapping[str, Any], log: str = "") -> PodInfo:
+    md, spec, status = doc.get("metadata", {}), doc.get("spec", {}), doc.get("status", {})
+    labels = md.get("labels") or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", ()))
+    reason, message, restarts, finished = _not_ready_reason(status)
+    node = spec.get("nodeName") or (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname", "")
+    return PodInfo(
+        name=md["name"],
+        node=node,
+        state=labels.get(STATE_LABEL, ""),
+        uid=md.get("uid", ""),
+        phase=status.get("phase", "Pending"),
+        ready=ready,
+        reason=reason or status.get("reason", ""),
+        message=message or status.get("message", ""),
+        restarts=restarts,
+        annotations=dict(md.get("annotations") or {}),
+        finished_at=finished,
+        deleting=bool(md.get("deletionTimestamp")),
+        log=log,
+    )
+
+
+def sr_from_json(doc: Mapping[str, Any]) -> SpecialResourceInfo:
+    md = doc.get("metadata", {})
+    return SpecialResourceInfo(
+        name=md["name"],
+        uid=md.get("uid", ""),
+        spec=doc.get("spec") or {},
+        generation=int(md.get("generation", 1)),
+        created=md.get("creationTimestamp", ""),
+        status=doc.get("status") or {},
+    )
+
+
+def owner_of(labels: Mapping[str, str]) -> str:
+    return labels.get(SPECIALRESOURCE_LABEL, "")

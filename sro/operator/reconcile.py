@@ -1,0 +1,299 @@
+"""The pure reconcile of one SpecialResource: observed cluster state in, a plan out.
+
+Why pure: every rule — which nodes match, which state may start where, when a node label is set or
+taken back, when a validation pod is (re)created, what the status says — is decided here from
+records, so unit tests run it over recorded cluster states; `sro/kube/` reads the records and
+carries the plan out, and the kopf handlers only call the two.
+
+The fold, per matching node: walk the enabled states in order; each ready state keeps (or gets) its
+label `sro.dev/<sr>.<state>=ready`; the first state that is not ready stops the walk, and its label
+and every later one are removed, which makes the later states' DaemonSets leave that node (their
+pods select the previous state's label). A validation state that is next in line gets its pod.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sro.api.names import PREFIX
+from sro.api.recipes import BUILTIN, Recipe, RecipeError, recipe_from_dict
+from sro.api.specialresource import (
+    READY,
+    SpecError,
+    SpecialResourceSpec,
+    not_ready_taint,
+    parse_spec,
+    reached_annotation,
+    state_label,
+    validated_label,
+)
+from sro.operator.observed import NodeInfo, Observed, SpecialResourceInfo
+from sro.operator.rendering import Context, RenderError, Term
+from sro.operator.states import NOT_AVAILABLE, STATES, State, ValidationState
+from sro.operator.status import NodeRow, build_status
+
+SELECTED = "selected"  # key in the reached annotation: when the node first matched
+
+
+@dataclass(frozen=True)
+class NodePatch:
+    labels: Mapping[str, str | None] = field(default_factory=dict)
+    annotations: Mapping[str, str | None] = field(default_factory=dict)
+    taint: bool | None = None  # True: add the startup taint, False: remove it, None: leave
+
+
+@dataclass(frozen=True)
+class Plan:
+    status: dict[str, Any]
+    apply: tuple[dict[str, Any], ...] = ()
+    delete: tuple[tuple[str, str], ...] = ()  # (kind, name) in the operator's namespace
+    create_pods: tuple[dict[str, Any], ...] = ()
+    delete_pods: tuple[str, ...] = ()
+    node_patches: Mapping[str, NodePatch] = field(default_factory=dict)
+    rows: tuple[NodeRow, ...] = ()
+    requeue: float = 30.0
+    deployable: bool = True  # False: the spec cannot work; nothing was planned but the status
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)
+
+
+def stamp(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_reached(value: str) -> dict[str, str]:
+    out = {}
+    for item in value.split(","):
+        key, sep, when = item.partition("=")
+        if sep and key:
+            out[key] = when
+    return out
+
+
+def format_reached(reached: Mapping[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in reached.items())
+
+
+def resolve_recipe(spec: SpecialResourceSpec, custom: Mapping[str, Any] | None) -> Recipe:
+    if spec.recipe_config_map:
+        if custom is None:
+            raise SpecError(
+                f"spec.recipeConfigMap: ConfigMap {spec.recipe_config_map!r} (key recipe.yaml) not found "
+                "in the operator's namespace"
+            )
+        try:
+            recipe = recipe_from_dict(custom)
+        except RecipeError as e:
+            raise SpecError(f"spec.recipeConfigMap {spec.recipe_config_map!r}: {e}") from e
+        if recipe.name != spec.recipe:
+            raise SpecError(
+                f"spec.recipe: {spec.recipe!r} but the ConfigMap's recipe is named {recipe.name!r}"
+            )
+        return recipe
+    if spec.recipe not in BUILTIN:
+        raise SpecError(
+            f"spec.recipe: unknown recipe {spec.recipe!r}; built-in: {', '.join(sorted(BUILTIN))} "
+            "(or name a custom one with spec.recipeConfigMap)"
+        )
+    return BUILTIN[spec.recipe]
+
+
+def conflict(sr: SpecialResourceInfo, recipe: Recipe, others: Sequence[SpecialResourceInfo]) -> str | None:
+    """The older SpecialResource claiming the same extended resource, if any: it wins."""
+    for other in others:
+        name = str(other.spec.get("recipe", ""))
+        other_resource = BUILTIN[name].resource if name in BUILTIN else name
+        mine = recipe.resource if recipe.name in BUILTIN else recipe.name
+        if other_resource == mine and (other.created, other.name) < (sr.created, sr.name):
+            return other.name
+    return None
+
+
+def matches(node: NodeInfo, terms: Sequence[Term]) -> bool:
+    return any(
+        all((k in node.labels) if not v else node.labels.get(k) == v for k, v in term.items())
+        for term in terms
+    )
+
+
+def selection_terms(spec: SpecialResourceSpec, recipe: Recipe) -> tuple[Term, ...]:
+    return (dict(spec.node_selector),) if spec.node_selector else recipe.default_node_selector_terms()
+
+
+def _not_deployable(obs: Observed, reason: str, message: str, resource: str = "") -> Plan:
+    status = build_status(obs.sr, [], {}, {}, resource, now_utc(), problem=(reason, message))
+    return Plan(status=status, deployable=False, requeue=60.0)
+
+
+def _our_keys(sr: str, node: NodeInfo) -> list[str]:
+    prefix = f"{PREFIX}{sr}."
+    return [k for k in node.labels if k.startswith(prefix)]
+
+
+def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Plan:
+    """The plan that brings the cluster to what `obs.sr` asks for, one step closer."""
+    now = now or now_utc()
+    sr = obs.sr
+    try:
+        spec = parse_spec(sr.name, sr.spec)
+        recipe = resolve_recipe(spec, obs.custom_recipe)
+    except SpecError as e:
+        return _not_deployable(obs, "SpecInvalid", str(e))
+    winner = conflict(sr, recipe, obs.others)
+    if winner:
+        return _not_deployable(
+            obs,
+            "ResourceConflict",
+            f"SpecialResource {winner!r} already manages {recipe.resource}; delete one of them",
+            recipe.resource,
+        )
+    if spec.custom_manifests and obs.custom_manifests is None:
+        return _not_deployable(
+            obs,
+            "CustomManifestsMissing",
+            f"spec.customManifests: ConfigMap {spec.custom_manifests!r} not found in namespace {namespace}",
+            recipe.resource,
+        )
+    ctx = Context(sr.name, sr.uid, spec, recipe, namespace, obs.image, dict(obs.custom_manifests or {}))
+    terms = selection_terms(spec, recipe)
+    selected = [n for n in obs.nodes if matches(n, terms)]
+    chain: list[State] = [s for s in STATES if s.enabled(ctx)]
+
+    # Cluster objects: every enabled state's, gated on the previous one's label.
+    objects: list[dict[str, Any]] = []
+    try:
+        gate: Sequence[Term] = terms
+        for state in chain:
+            objects.extend(state.render(ctx, selected, gate))
+            gate = [{state_label(sr.name, state.name): READY}]
+        # Render one validation pod per validation state now, so a bad template is refused up front.
+        for state in chain:
+            if isinstance(state, ValidationState):
+                state.pod(ctx, "node", "check")
+    except (RenderError, ValueError) as e:
+        return _not_deployable(obs, "RenderFailed", str(e), recipe.resource)
+
+    desired = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    stale = tuple(sorted(k for k in obs.owned if k[0] != "Pod" and k not in desired))
+
+    patches: dict[str, NodePatch] = {}
+    create_pods: list[dict[str, Any]] = []
+    delete_pods: list[str] = []
+    rows: list[NodeRow] = []
+    selected_names = {n.name for n in selected}
+    for node in selected:
+        row, patch, creates, deletes = _walk(ctx, chain, node, obs, now)
+        rows.append(row)
+        if patch is not None:
+            patches[node.name] = patch
+        create_pods.extend(creates)
+        delete_pods.extend(deletes)
+    # Nodes that stopped matching (or a label someone copied): take every key of ours back.
+    for node in obs.nodes:
+        if node.name in selected_names:
+            continue
+        keys = _our_keys(sr.name, node)
+        ann = reached_annotation(sr.name)
+        tainted = any(t.get("key") == not_ready_taint(sr.name) for t in node.taints)
+        if keys or ann in node.annotations or tainted:
+            patches[node.name] = NodePatch(
+                labels={k: None for k in keys},
+                annotations={ann: None} if ann in node.annotations else {},
+                taint=False if tainted else None,
+            )
+    # Validation pods of nodes that left or stopped matching, or of states no longer enabled.
+    enabled_validations = {s.name for s in chain if isinstance(s, ValidationState)}
+    for pod in obs.pods:
+        if pod.deleting or pod.name in delete_pods:
+            continue
+        is_validation = any(isinstance(s, ValidationState) and s.name == pod.state for s in STATES)
+        if is_validation and (pod.node not in selected_names or pod.state not in enabled_validations):
+            delete_pods.append(pod.name)
+
+    state_modes = {
+        s.name: ("enabled" if s in chain else NOT_AVAILABLE.get(s.name, "disabled")) for s in STATES
+    }
+    status = build_status(sr, rows, state_modes, _counts(rows, chain), recipe.resource, now)
+    busy = any(not r.validated for r in rows) or bool(create_pods or delete_pods or patches)
+    return Plan(
+        status=status,
+        apply=tuple(objects),
+        delete=stale,
+        create_pods=tuple(create_pods),
+        delete_pods=tuple(delete_pods),
+        node_patches=patches,
+        rows=tuple(rows),
+        requeue=3.0 if busy else 30.0,
+    )
+
+
+def _counts(rows: Sequence[NodeRow], chain: Sequence[State]) -> dict[str, int]:
+    return {s.name: sum(1 for r in rows if s.name in r.ready_states) for s in chain}
+
+
+def _walk(
+    ctx: Context, chain: Sequence[State], node: NodeInfo, obs: Observed, now: datetime
+) -> tuple[NodeRow, NodePatch | None, list[dict[str, Any]], list[str]]:
+    """One node's fold over the states: its row, label patch and validation pods."""
+    sr = ctx.sr
+    ready: list[str] = []
+    failing = None
+    creates: list[dict[str, Any]] = []
+    deletes: list[str] = []
+    for state in chain:
+        if isinstance(state, ValidationState) and state.needs_new_pod(ctx, node.name, obs.pods, now):
+            current = state.current(ctx, node.name, obs.pods)
+            if current is not None:
+                deletes.append(current.name)  # same name: the new one is created once it is gone
+            else:
+                creates.append(state.pod(ctx, node.name, state.inputs(ctx, node.name, obs.pods)))
+        verdict = state.readiness(ctx, node, obs.pods, now)
+        if not verdict.ready:
+            failing = (state.name, verdict)
+            break
+        ready.append(state.name)
+
+    validated = failing is None
+    want: dict[str, str | None] = {state_label(sr, s): READY for s in ready}
+    if validated:
+        want[validated_label(sr)] = "true"
+    labels: dict[str, str | None] = {k: v for k, v in want.items() if node.labels.get(k) != v}
+    labels.update({k: None for k in _our_keys(sr, node) if k not in want})
+
+    ann_key = reached_annotation(sr)
+    old = parse_reached(node.annotations.get(ann_key, ""))
+    reached = {SELECTED: old.get(SELECTED, stamp(now))}
+    for s in ready:
+        reached[s] = old.get(s, stamp(now))
+    if validated:
+        reached["validated"] = old.get("validated", stamp(now))
+    annotations: dict[str, str | None] = {}
+    if reached != old:
+        annotations[ann_key] = format_reached(reached)
+
+    tainted = any(t.get("key") == not_ready_taint(sr) for t in node.taints)
+    want_taint = ctx.spec.startup_taint and not validated
+    taint = None if tainted == want_taint else want_taint
+
+    since = (
+        reached.get("validated") if validated else (reached.get(ready[-1]) if ready else reached[SELECTED])
+    )
+    row = NodeRow(
+        name=node.name,
+        ready_states=tuple(ready),
+        validated=validated,
+        failing=failing[0] if failing else "",
+        reason=failing[1].reason if failing else "",
+        message=failing[1].message if failing else "",
+        log=failing[1].log if failing else "",
+        failed=failing[1].failed if failing else False,
+        since=since or stamp(now),
+        reached=reached,
+    )
+    patch = NodePatch(labels, annotations, taint) if (labels or annotations or taint is not None) else None
+    return row, patch, creates, deletes

@@ -1,0 +1,183 @@
+"""Render a state's objects for one SpecialResource: the numbered templates, then sro's decorations.
+
+Why two steps: the templates under `sro/manifests/<component>/` are the node agents' own manifests,
+also used by `sro manifests render`, the demo and the tests; they know nothing of SpecialResources.
+The operator renders them with the state's values and then, in Python, adds what gating and
+ownership need — our labels, the owner reference, node affinity on the previous state's label, the
+admin's tolerations, priority class, image, args, env and resources — so one template serves both.
+Kinds that `sro install` owns (Namespace, ServiceAccount, RBAC) are left out: the operator creates
+no RBAC at run time.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sro.api.names import (
+    API_VERSION,
+    COMPONENT_LABEL,
+    KIND,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    SPECIALRESOURCE_LABEL,
+    STATE_LABEL,
+)
+from sro.api.recipes import Recipe
+from sro.api.specialresource import SpecialResourceSpec, StateSpec, not_ready_taint
+from sro.manifests import render
+
+INSTALL_KINDS = frozenset(
+    {"Namespace", "ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"}
+)
+NODE_HOSTNAME = "kubernetes.io/hostname"
+
+# A node selector term: key -> value ("" = the key must exist).
+Term = Mapping[str, str]
+
+
+class RenderError(ValueError):
+    """A template (built-in or custom) cannot be rendered; the message names the file."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every state's rendering needs about its SpecialResource."""
+
+    sr: str
+    uid: str
+    spec: SpecialResourceSpec
+    recipe: Recipe
+    namespace: str
+    image: str  # the operator's own image: the default of every state
+    custom: Mapping[str, str] = field(default_factory=dict)  # `<state>.<file>` -> template
+
+    def state_image(self, state: str) -> str:
+        return self.spec.state(state).image or self.image
+
+    def pull_policy(self, state: str) -> str:
+        explicit = self.spec.state(state).image_pull_policy
+        if explicit:
+            return explicit
+        return "Never" if self.state_image(state).startswith("localhost/") else "IfNotPresent"
+
+    def object_name(self, state: str, suffix: str = "") -> str:
+        return f"sro-{self.sr}-{state}" + (f"-{suffix}" if suffix else "")
+
+    def overrides(self, state: str) -> dict[str, str]:
+        prefix = f"{state}."
+        return {k.removeprefix(prefix): v for k, v in self.custom.items() if k.startswith(prefix)}
+
+
+def short_hash(*parts: object, length: int = 8) -> str:
+    return hashlib.sha256(repr(parts).encode()).hexdigest()[:length]
+
+
+def slug(value: str, length: int = 24) -> str:
+    """A DNS-label-safe piece of `value` (lower case, [a-z0-9-], trimmed)."""
+    return re.sub(r"[^a-z0-9-]+", "-", value.lower()).strip("-")[:length].strip("-") or "x"
+
+
+def render_state(ctx: Context, state: str, component: str, **values: Any) -> list[dict[str, Any]]:
+    """The component's templates (with the admin's custom ones for this state), minus install kinds."""
+    base = dict(
+        namespace=ctx.namespace,
+        image=ctx.state_image(state),
+        pull_policy=ctx.pull_policy(state),
+        recipe=ctx.recipe.name,
+        resource=ctx.recipe.resource,
+        driver_root=ctx.recipe.driver_root,
+        sr=ctx.sr,
+        state=state,
+    )
+    base.update(values)
+    try:
+        docs = render(component, ctx.overrides(state), **base)
+    except ValueError as e:
+        raise RenderError(f"state {state}: {e}") from e
+    for i, doc in enumerate(docs):
+        if not isinstance(doc, dict) or "kind" not in doc or "metadata" not in doc:
+            raise RenderError(f"state {state}: document {i + 1} is not a Kubernetes object (kind/metadata)")
+    return [d for d in docs if d["kind"] not in INSTALL_KINDS]
+
+
+def node_affinity(terms: Sequence[Term]) -> dict[str, Any]:
+    """Required node affinity: any one term, each term all of its labels."""
+    out = []
+    for term in terms:
+        exprs = []
+        for key, value in sorted(term.items()):
+            if value:
+                exprs.append({"key": key, "operator": "In", "values": [value]})
+            else:
+                exprs.append({"key": key, "operator": "Exists"})
+        out.append({"matchExpressions": exprs})
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": out}}}
+
+
+def _our_labels(ctx: Context, state: str) -> dict[str, str]:
+    return {
+        MANAGED_BY_LABEL: MANAGED_BY_VALUE,
+        SPECIALRESOURCE_LABEL: ctx.sr,
+        STATE_LABEL: state,
+        COMPONENT_LABEL: state,
+    }
+
+
+def tolerations(ctx: Context) -> list[dict[str, Any]]:
+    """Operands run where workloads may not: on the startup-tainted nodes, plus the admin's list."""
+    out: list[dict[str, Any]] = [
+        {"key": not_ready_taint(ctx.sr), "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    out.extend(dict(t) for t in ctx.spec.tolerations)
+    return out
+
+
+def _customise_container(container: dict[str, Any], st: StateSpec) -> None:
+    if st.args:
+        container["args"] = [*container.get("args", []), *st.args]
+    if st.env:
+        env = [e for e in container.get("env", []) if e.get("name") not in {k for k, _ in st.env}]
+        container["env"] = [*env, *({"name": k, "value": v} for k, v in st.env)]
+    if st.resources:
+        container["resources"] = copy.deepcopy(dict(st.resources))
+
+
+def decorate(
+    doc: Mapping[str, Any], ctx: Context, state: str, terms: Sequence[Term] | None = None
+) -> dict[str, Any]:
+    """A copy of `doc` as the operator applies it: ours, owned by the SpecialResource, gated."""
+    obj = copy.deepcopy(dict(doc))
+    md = obj.setdefault("metadata", {})
+    md["namespace"] = ctx.namespace
+    md["labels"] = {**(md.get("labels") or {}), **_our_labels(ctx, state)}
+    md["ownerReferences"] = [
+        {"apiVersion": API_VERSION, "kind": KIND, "name": ctx.sr, "uid": ctx.uid, "blockOwnerDeletion": False}
+    ]
+    pod_spec: dict[str, Any] | None = None
+    if obj["kind"] in ("DaemonSet", "Deployment"):
+        spec = obj.setdefault("spec", {})
+        spec.setdefault("selector", {}).setdefault("matchLabels", {}).update(
+            {SPECIALRESOURCE_LABEL: ctx.sr, STATE_LABEL: state}
+        )
+        tmpl = spec.setdefault("template", {})
+        tmd = tmpl.setdefault("metadata", {})
+        tmd["labels"] = {**(tmd.get("labels") or {}), **_our_labels(ctx, state)}
+        pod_spec = tmpl.setdefault("spec", {})
+    elif obj["kind"] == "Pod":
+        pod_spec = obj.setdefault("spec", {})
+    if pod_spec is not None:
+        if terms is not None:
+            pod_spec["affinity"] = node_affinity(terms)
+        existing = pod_spec.get("tolerations") or []
+        pod_spec["tolerations"] = [*existing, *(t for t in tolerations(ctx) if t not in existing)]
+        if ctx.spec.priority_class_name:
+            pod_spec["priorityClassName"] = ctx.spec.priority_class_name
+        containers = pod_spec.get("containers") or []
+        if containers:
+            _customise_container(containers[0], ctx.spec.state(state))
+    return obj

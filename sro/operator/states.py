@@ -1,0 +1,281 @@
+"""The ordered states as typed objects: what each deploys, and when it is ready on a node.
+
+Why objects in one tuple: the order and the rules are data. Each state says whether it is enabled
+for a spec, renders its cluster objects (DaemonSets gated on the previous state's node label), and
+judges its readiness on one node from the pods it sees; the reconcile is a fold over `STATES`.
+Three kinds:
+  * DaemonSet states (driver, runtime, device-plugin): ready on a node when their pod there is Ready.
+  * Validation states (driver-validation, device-plugin-validation): a run-to-completion pod per
+    node, named for the node and stamped with a hash of its inputs — the spec and the uids of the
+    earlier states' pods on that node — so a restarted driver pod makes the validation stale and
+    run again; Succeeded is ready, Failed is a failure with its log, retried after a pause.
+  * Label states (feature-discovery): ready when discovery has published the recipe's device count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sro.api.names import NFD_PREFIX
+from sro.api.specialresource import (
+    DEFAULT_NVIDIA_IMAGE_TEMPLATE,
+    DEVICE_PLUGIN,
+    DEVICE_PLUGIN_VALIDATION,
+    DRIVER,
+    DRIVER_VALIDATION,
+    FEATURE_DISCOVERY,
+    MONITORING,
+    RUNTIME,
+)
+from sro.operator.observed import NodeInfo, PodInfo
+from sro.operator.rendering import Context, Term, decorate, render_state, short_hash, slug
+
+KERNEL_LABEL = NFD_PREFIX + "kernel-version.full"
+OS_ID_LABEL = NFD_PREFIX + "system-os_release.ID"
+OS_VERSION_LABEL = NFD_PREFIX + "system-os_release.VERSION_ID"
+OS_MAJOR_LABEL = NFD_PREFIX + "system-os_release.VERSION_ID.major"
+VALIDATION_RETRY = timedelta(seconds=30)  # a failed validation runs again after this pause
+INPUTS_ANNOTATION = "sro.dev/inputs"
+# Waiting reasons that will not fix themselves: shown as a failure, not as progress.
+HARD_REASONS = frozenset(
+    {
+        "CrashLoopBackOff",
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "ErrImageNeverPull",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Readiness:
+    ready: bool
+    reason: str = ""
+    message: str = ""
+    log: str = ""
+    failed: bool = False  # a failure, not progress
+
+
+def _pods_on(pods: Sequence[PodInfo], node: str, state: str) -> list[PodInfo]:
+    return [p for p in pods if p.node == node and p.state == state and not p.deleting]
+
+
+class State:
+    """Base: a state that deploys nothing and is always ready (subclasses override)."""
+
+    name: str = ""
+    component: str | None = None
+
+    def enabled(self, ctx: Context) -> bool:
+        return ctx.spec.state(self.name).enabled
+
+    def render(self, ctx: Context, nodes: Sequence[NodeInfo], gate: Sequence[Term]) -> list[dict[str, Any]]:
+        return []
+
+    def readiness(self, ctx: Context, node: NodeInfo, pods: Sequence[PodInfo], now: datetime) -> Readiness:
+        return Readiness(True)
+
+
+class DaemonSetState(State):
+    def __init__(self, name: str, component: str) -> None:
+        self.name, self.component = name, component
+
+    def values(self, ctx: Context) -> dict[str, Any]:
+        return {}
+
+    def render(self, ctx: Context, nodes: Sequence[NodeInfo], gate: Sequence[Term]) -> list[dict[str, Any]]:
+        assert self.component is not None
+        docs = render_state(
+            ctx, self.name, self.component, name=ctx.object_name(self.name), **self.values(ctx)
+        )
+        return [decorate(d, ctx, self.name, gate) for d in docs]
+
+    def readiness(self, ctx: Context, node: NodeInfo, pods: Sequence[PodInfo], now: datetime) -> Readiness:
+        mine = _pods_on(pods, node.name, self.name)
+        if any(p.ready for p in mine):
+            return Readiness(True)
+        if not mine:
+            return Readiness(False, "Pending", "waiting for the DaemonSet's pod on this node")
+        pod = max(mine, key=lambda p: p.restarts)
+        failed = pod.reason in HARD_REASONS or pod.restarts >= 3 or pod.phase == "Failed"
+        reason = pod.reason or ("ContainerNotReady" if pod.phase == "Running" else pod.phase)
+        message = pod.message or f"pod {pod.name} is {pod.phase}, not Ready"
+        return Readiness(False, reason, message, pod.log, failed)
+
+
+class DevicePluginState(DaemonSetState):
+    def values(self, ctx: Context) -> dict[str, Any]:
+        return {"plugin_config": ctx.spec.device_plugin_config or "version: v1"}
+
+
+class RuntimeState(DaemonSetState):
+    pass
+
+
+def driver_image(ctx: Context, node: NodeInfo) -> str:
+    """The driver image for a node: the template filled from its NFD kernel and OS labels."""
+    template = ctx.spec.driver.image_template or (
+        "" if ctx.recipe.simulated else DEFAULT_NVIDIA_IMAGE_TEMPLATE
+    )
+    if not template:
+        return ctx.state_image(DRIVER)
+    labels = node.labels
+    return template.format(
+        version=ctx.spec.driver.version,
+        kernel=labels.get(KERNEL_LABEL, ""),
+        os_id=labels.get(OS_ID_LABEL, ""),
+        os_version=labels.get(OS_VERSION_LABEL, ""),
+        os_major=labels.get(OS_MAJOR_LABEL, ""),
+    )
+
+
+class DriverState(DaemonSetState):
+    """One DaemonSet per kernel version (and driver image) among the selected nodes, `OnDelete`.
+
+    A node whose kernel discovery has not published yet gets no driver: its row says so.
+    """
+
+    def enabled(self, ctx: Context) -> bool:
+        return super().enabled(ctx) and ctx.spec.driver.mode != "host"
+
+    def groups(self, ctx: Context, nodes: Sequence[NodeInfo]) -> dict[tuple[str, str], list[NodeInfo]]:
+        out: dict[tuple[str, str], list[NodeInfo]] = {}
+        for node in nodes:
+            kernel = node.labels.get(KERNEL_LABEL)
+            if kernel:
+                out.setdefault((kernel, driver_image(ctx, node)), []).append(node)
+        return out
+
+    def render(self, ctx: Context, nodes: Sequence[NodeInfo], gate: Sequence[Term]) -> list[dict[str, Any]]:
+        assert self.component is not None
+        objs: list[dict[str, Any]] = []
+        for (kernel, image), _ in sorted(self.groups(ctx, nodes).items()):
+            name = ctx.object_name(self.name, f"{slug(kernel, 20)}-{short_hash(kernel, image, length=5)}")
+            values: dict[str, Any] = {
+                "name": name,
+                "driver_image": image,
+                "driver_mode": ctx.spec.driver.mode,
+            }
+            if ctx.spec.driver.devices_config:
+                values["devices_config"] = ctx.spec.driver.devices_config
+            docs = render_state(ctx, self.name, self.component, **values)
+            terms = [{**term, KERNEL_LABEL: kernel} for term in gate]
+            for d in docs:
+                obj = decorate(d, ctx, self.name, terms)
+                obj["metadata"]["labels"]["sro.dev/kernel"] = slug(kernel, 63)
+                objs.append(obj)
+        return objs
+
+    def readiness(self, ctx: Context, node: NodeInfo, pods: Sequence[PodInfo], now: datetime) -> Readiness:
+        if KERNEL_LABEL not in node.labels:
+            return Readiness(
+                False,
+                "NoKernelLabel",
+                f"waiting for discovery to publish {KERNEL_LABEL} (is sro-discovery running on the node?)",
+            )
+        return super().readiness(ctx, node, pods, now)
+
+
+class ValidationState(State):
+    """A run-to-completion pod per node; `check` is the `sro validate` subcommand it runs."""
+
+    def __init__(self, name: str, check: str, after: Sequence[str]) -> None:
+        self.name, self.component, self.check, self.after = name, "validation", check, tuple(after)
+
+    def pod_name(self, ctx: Context, node: str) -> str:
+        return ctx.object_name(self.name, f"{slug(node, 20)}-{short_hash(node, length=5)}")
+
+    def inputs(self, ctx: Context, node: str, pods: Sequence[PodInfo]) -> str:
+        """What the validation depends on: the spec and the pods of the earlier states on the node."""
+        uids = sorted(p.uid for s in self.after for p in _pods_on(pods, node, s) if p.ready)
+        st = ctx.spec.state(self.name)
+        return short_hash(
+            self.check, ctx.state_image(self.name), ctx.recipe, st, ctx.spec.workload_command, uids, length=12
+        )
+
+    def pod(self, ctx: Context, node: str, inputs: str) -> dict[str, Any]:
+        values: dict[str, Any] = {"name": self.pod_name(ctx, node), "node": node, "check": self.check}
+        if ctx.spec.workload_command:
+            values["workload_command"] = list(ctx.spec.workload_command)
+        docs = [d for d in render_state(ctx, self.name, "validation", **values) if d["kind"] == "Pod"]
+        if len(docs) != 1:
+            raise ValueError(f"state {self.name}: the validation templates must render exactly one Pod")
+        obj = decorate(docs[0], ctx, self.name)
+        obj["metadata"].setdefault("annotations", {})[INPUTS_ANNOTATION] = inputs
+        return obj
+
+    def current(self, ctx: Context, node: str, pods: Sequence[PodInfo]) -> PodInfo | None:
+        name = self.pod_name(ctx, node)
+        return next((p for p in pods if p.name == name), None)
+
+    def needs_new_pod(self, ctx: Context, node: str, pods: Sequence[PodInfo], now: datetime) -> bool:
+        """True when there is no pod for the current inputs, or a failed one whose pause is over."""
+        pod = self.current(ctx, node, pods)
+        if pod is None:
+            return True
+        if pod.deleting:
+            return False
+        if pod.annotations.get(INPUTS_ANNOTATION) != self.inputs(ctx, node, pods):
+            return True
+        finished = pod.finished_at
+        return pod.phase == "Failed" and (finished is None or now - finished >= VALIDATION_RETRY)
+
+    def readiness(self, ctx: Context, node: NodeInfo, pods: Sequence[PodInfo], now: datetime) -> Readiness:
+        pod = self.current(ctx, node.name, pods)
+        if (
+            pod is None
+            or pod.deleting
+            or pod.annotations.get(INPUTS_ANNOTATION) != self.inputs(ctx, node.name, pods)
+        ):
+            return Readiness(False, "Validating", "validation pod (re)created")
+        if pod.phase == "Succeeded":
+            return Readiness(True)
+        if pod.phase == "Failed":
+            first = (pod.log.strip().splitlines() or [pod.message or "validation failed"])[0]
+            return Readiness(False, pod.reason or "ValidationFailed", first[:300], pod.log, failed=True)
+        return Readiness(False, pod.reason or "Validating", pod.message or f"pod {pod.name} is {pod.phase}")
+
+
+class FeatureDiscoveryState(State):
+    """Discovery (installed once for the cluster) stays the only publisher of the device labels."""
+
+    name = FEATURE_DISCOVERY
+
+    def readiness(self, ctx: Context, node: NodeInfo, pods: Sequence[PodInfo], now: datetime) -> Readiness:
+        value = node.labels.get(ctx.recipe.count_label, "")
+        if value and value != "0":
+            return Readiness(True)
+        return Readiness(
+            False,
+            "NoDeviceLabels",
+            f"waiting for discovery to publish {ctx.recipe.count_label} (is sro-discovery running on the node?)",
+        )
+
+
+class MonitoringState(State):
+    """No exporter ships in this version: never deployed, never gating; status says so."""
+
+    name = MONITORING
+
+    def enabled(self, ctx: Context) -> bool:
+        return False
+
+
+NOT_AVAILABLE: Mapping[str, str] = {MONITORING: "not deployed (no exporter in this version)"}
+
+STATES: tuple[State, ...] = (
+    DriverState(DRIVER, "driver"),
+    ValidationState(DRIVER_VALIDATION, "driver", after=(DRIVER,)),
+    RuntimeState(RUNTIME, "runtime"),
+    DevicePluginState(DEVICE_PLUGIN, "device-plugin"),
+    ValidationState(DEVICE_PLUGIN_VALIDATION, "workload", after=(DRIVER, RUNTIME, DEVICE_PLUGIN)),
+    MonitoringState(),
+    FeatureDiscoveryState(),
+)

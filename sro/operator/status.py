@@ -1,0 +1,141 @@
+"""The SpecialResource's status: conditions, counts and the per-node table.
+
+Why rows of two sizes: at 1,000 nodes the object must stay small, and what an admin needs is the
+nodes that are *not* validated — the state they reached, the one failing, why (the pod's reason
+and at most 1 KiB of its log) and since when. A validated node gets a short row (name, since).
+Conditions keep their lastTransitionTime while their status does not change, as Kubernetes
+conditions do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sro.operator.observed import SpecialResourceInfo
+
+LOG_LIMIT = 1024
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    name: str
+    ready_states: tuple[str, ...] = ()
+    validated: bool = False
+    failing: str = ""
+    reason: str = ""
+    message: str = ""
+    log: str = ""
+    failed: bool = False  # a failure rather than progress
+    since: str = ""
+    reached: Mapping[str, str] = field(default_factory=dict)
+
+    def to_status(self) -> dict[str, Any]:
+        if self.validated:
+            return {"name": self.name, "state": "validated", "since": self.since}
+        out: dict[str, Any] = {
+            "name": self.name,
+            "state": self.ready_states[-1] if self.ready_states else "",
+            "failing": self.failing,
+            "reason": self.reason,
+            "message": self.message[:300],
+            "since": self.since,
+        }
+        if self.log:
+            out["log"] = tail_bytes(self.log, LOG_LIMIT)
+        return out
+
+
+def tail_bytes(text: str, limit: int) -> str:
+    data = text.encode()[-limit:]
+    return data.decode(errors="ignore")
+
+
+def _stamp(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _condition(
+    previous: Sequence[Mapping[str, Any]], ctype: str, ok: bool, reason: str, message: str, now: datetime
+) -> dict[str, Any]:
+    status = "True" if ok else "False"
+    prev = next((c for c in previous if c.get("type") == ctype), None)
+    since = prev.get("lastTransitionTime") if prev and prev.get("status") == status else None
+    return {
+        "type": ctype,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": since or _stamp(now),
+    }
+
+
+def _summary(rows: Sequence[NodeRow], limit: int = 3) -> str:
+    parts = [f"{r.name} at {r.failing} ({r.reason}: {r.message[:120]})" for r in rows[:limit]]
+    more = f" and {len(rows) - limit} more" if len(rows) > limit else ""
+    return "; ".join(parts) + more
+
+
+def build_status(
+    sr: SpecialResourceInfo,
+    rows: Sequence[NodeRow],
+    states: Mapping[str, str],
+    counts: Mapping[str, int],
+    resource: str,
+    now: datetime,
+    problem: tuple[str, str] | None = None,
+) -> dict[str, Any]:
+    """The whole status object; `problem` (reason, message) means nothing could be deployed."""
+    previous = sr.status.get("conditions") or []
+    validated = sum(1 for r in rows if r.validated)
+    failed = [r for r in rows if r.failed]
+    waiting = [r for r in rows if not r.validated and not r.failed]
+    if problem is not None:
+        reason, message = problem
+        conditions = [
+            _condition(previous, "Ready", False, reason, message, now),
+            _condition(
+                previous, "Progressing", False, reason, "nothing is deployed until the spec is fixed", now
+            ),
+            _condition(previous, "Degraded", True, reason, message, now),
+        ]
+    else:
+        ready = bool(rows) and validated == len(rows)
+        if ready:
+            ready_c = ("AllNodesValidated", f"{validated} of {len(rows)} nodes validated")
+        elif not rows:
+            ready_c = ("NoMatchingNodes", "no node matches the node selector")
+        else:
+            ready_c = ("NodesNotValidated", f"{validated} of {len(rows)} nodes validated")
+        conditions = [
+            _condition(previous, "Ready", ready, *ready_c, now),
+            _condition(
+                previous,
+                "Progressing",
+                bool(waiting),
+                "NodesProgressing" if waiting else "Stable",
+                _summary(waiting) if waiting else "every node is validated or failed",
+                now,
+            ),
+            _condition(
+                previous,
+                "Degraded",
+                bool(failed),
+                "NodesFailing" if failed else "AsExpected",
+                f"{len(failed)} node(s) failing: {_summary(failed)}" if failed else "no node is failing",
+                now,
+            ),
+        ]
+    return {
+        "ready": conditions[0]["status"],
+        "resource": resource,
+        "observedGeneration": sr.generation,
+        "nodeCount": len(rows),
+        "validatedCount": validated,
+        "stateCounts": dict(counts),
+        "states": dict(states),
+        "conditions": conditions,
+        "nodes": [r.to_status() for r in sorted(rows, key=lambda r: (r.validated, r.name))],
+    }

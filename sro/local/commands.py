@@ -73,7 +73,7 @@ def status() -> None:
     cluster = LocalCluster.default()
     table = Table(title=f"sro local cluster (node {cluster.node_name})")
     for col in ("component", "state", "detail"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     rows = cluster.status()
     for name, state, detail in rows:
         color = {"running": "green", "stopped": "dim"}.get(state, "red")

@@ -1,10 +1,14 @@
 """`sro driver simulate` (install/remove the simulated driver) and `sro simulate fault` (inject or
 clear a device fault). Thin: parsing and printing around `simconfig`, `simulated_driver` and
-`driverstate`; every path is an option so the same commands work on a host and on a temp tree."""
+`driverstate`; every path is an option so the same commands work on a host and on a temp tree.
+
+`sro driver simulate --hold` is the payload of the driver DaemonSet: it installs, marks the driver
+ready, and removes it again when the pod stops, as a driver container loads and unloads its module."""
 
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -14,6 +18,11 @@ import yaml
 from sro.api.recipes import SIMULATED_GPU
 from sro.devices import driverstate, simconfig, simulated_driver
 from sro.devices.model import DeviceUUID
+
+# Written under the driver root by `--hold` once the driver is installed, removed before it is taken
+# away: the driver pod's readiness probe (sro/manifests/driver) tests for it.
+READY_MARKER = ".ready"
+_STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
 _root_option = click.option(
     "--driver-root",
@@ -40,6 +49,12 @@ def driver() -> None:
 )
 @click.option("--major", type=int, help="Character major to use (default: a free LOCAL/EXPERIMENTAL one).")
 @click.option("--remove", is_flag=True, help="Remove the device nodes and driver files instead.")
+@click.option(
+    "--hold",
+    is_flag=True,
+    help=f"Stay after installing (a driver container): write {READY_MARKER} under the driver root, "
+    "then remove the driver on SIGTERM or SIGINT and exit 0.",
+)
 def simulate_driver(
     config_path: Path | None,
     driver_root: Path,
@@ -47,8 +62,18 @@ def simulate_driver(
     proc_devices: Path,
     major: int | None,
     remove: bool,
+    hold: bool,
 ) -> None:
     """Install the SIMULATED GPU driver: device nodes, libraries, simgpu-smi and state files."""
+    if remove and hold:
+        raise click.UsageError("--hold installs and holds the driver; it does not go with --remove")
+    if hold:
+        # From here a stop signal waits for sigwait below, even one that comes during the install:
+        # the driver is then installed completely and removed again, never left half-made.
+        signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        for signum in _STOP_SIGNALS:
+            # A handler, not the default: as PID 1 of a container the process gets only handled signals.
+            signal.signal(signum, lambda *_: None)
     if remove:
         removed = simulated_driver.remove(driver_root, dev_root)
         click.echo(f"removed {len(removed)} simulated driver files and device nodes")
@@ -69,6 +94,20 @@ def simulate_driver(
     for d in done.inventory.devices:
         click.echo(f"  {d.index}: {d.uuid} {d.device_node} {d.product} {d.memory_mib}MiB numa={d.numa_node}")
     click.echo(f"driver files in {driver_root}")
+    if hold:
+        _hold(driver_root, dev_root)
+
+
+def _hold(driver_root: Path, dev_root: Path) -> None:
+    marker = driver_root / READY_MARKER
+    driverstate.write_atomic(marker, "simulated driver installed\n")
+    click.echo(f"ready ({marker}); holding the driver until SIGTERM")
+    signum = signal.sigwait(_STOP_SIGNALS)
+    marker.unlink(missing_ok=True)  # not ready from here on, and `remove` can take the directory
+    removed = simulated_driver.remove(driver_root, dev_root)
+    click.echo(
+        f"{signal.Signals(signum).name}: removed {len(removed)} simulated driver files and device nodes"
+    )
 
 
 @click.group("simulate")

@@ -146,3 +146,43 @@ def test_plugin_waits_for_a_missing_driver_and_stops_on_sigterm(tmp_path: Path) 
     _, rest = proc.communicate(timeout=10)
     assert proc.returncode == 0, rest
     assert "nvml backend unavailable (retrying" in line
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_hold_marks_ready_and_removes_the_driver_on_a_stop_signal(tree: Path, signame: str) -> None:
+    """`--hold` is what the driver DaemonSet's pod runs: installed and ready until it is stopped."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sro", "driver", "simulate", "--config", str(tree / "devices.yaml"),
+         "--dev-root", str(tree / "dev"), "--proc-devices", str(tree / "proc-devices"), *_driver(tree), "--hold"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        marker = tree / "root" / ".ready"
+        deadline = time.monotonic() + 30
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), proc.stderr.read() if proc.poll() is not None and proc.stderr else "no marker"
+        assert (tree / "root" / "devices.json").exists() and (tree / "dev" / "sro-simgpu3").exists()
+        time.sleep(0.2)
+        assert proc.poll() is None, "it holds the driver until stopped"
+        proc.send_signal(getattr(signal, signame))
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert "4 SIMULATED devices" in out and f"{signame}: removed" in out
+    assert not (tree / "dev" / "sro-simgpu0").exists() and not (tree / "dev" / "sro-simgpuctl").exists()
+    assert not (tree / "root").exists(), "the marker goes too, so the driver root is removed"
+
+
+def test_hold_does_not_go_with_remove(tree: Path) -> None:
+    r = CliRunner().invoke(driver, ["simulate", "--remove", "--hold", *_driver(tree)])
+    assert r.exit_code == 2 and "--hold" in r.output

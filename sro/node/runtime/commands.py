@@ -13,6 +13,7 @@ import sys
 
 import click
 
+from sro.api.names import RUNTIME_ROOT
 from sro.api.recipes import BUILTIN
 
 
@@ -138,14 +139,19 @@ def install_hooksd(
 def runtime(args: tuple[str, ...]) -> None:
     """runc wrapper: `sro runtime [--runc P] [--mode hook|cdi] [hook opts] -- RUNC-ARGS` (or RUNC-ARGS).
 
-    `sro runtime write-launcher PATH [--mode hook|cdi] [hook options]` writes the shell launcher a
-    containerd runtime handler names as BinaryName (only `create` starts Python).
+    `sro runtime install --root DIR [options]` installs the node's runtime files for the host (the
+    hook as a zipapp, the launcher, hooks.d, CDI specs); `sro runtime uninstall --root DIR` removes
+    them; `--help` after either says more. `sro runtime write-launcher PATH [--mode hook|cdi] [hook
+    options]` writes a launcher that runs this installation's own Python (development only).
     """
     from sro.node.runtime import launcher, wrapper
 
     if args and args[0] in ("-h", "--help"):
-        click.echo(wrapper.__doc__)
+        click.echo(runtime.help)
         return
+    if args and args[0] in ("install", "uninstall"):
+        command = install_command if args[0] == "install" else uninstall_command
+        sys.exit(command.main(list(args[1:]), prog_name=f"sro runtime {args[0]}", standalone_mode=True))
     if args and args[0] == "write-launcher":
         if len(args) < 2 or args[1].startswith("-"):
             if len(args) > 1 and args[1] in ("-h", "--help"):
@@ -170,3 +176,99 @@ def runtime(args: tuple[str, ...]) -> None:
         click.echo(f"wrote {args[1]}", err=True)
         return
     wrapper.main(list(args) if "--" in args else ["--", *args])
+
+
+def _log(message: str) -> None:
+    click.echo(message, err=True)
+
+
+@click.command("install")
+@click.option(
+    "--root", default=RUNTIME_ROOT, show_default=True, help="Directory the files go in (sro's alone)."
+)
+@click.option("--host-root-path", default=None, help="What the host calls --root (default: --root).")
+@click.option("--host-root", default="/", show_default=True, help="Where this process sees the host's /.")
+@click.option(
+    "--recipe", multiple=True, type=click.Choice(sorted(BUILTIN)), help="Repeatable; default: every built-in."
+)
+@click.option("--driver-root", default=None, help="Host path of these recipes' driver (default: theirs).")
+@click.option("--dev-root", default="/dev", show_default=True, help="Host directory standing for /dev.")
+@click.option("--python", default="/usr/bin/python3", show_default=True, help="The host's interpreter.")
+@click.option("--runc", default=None, help="The host's runc (default: /usr/sbin/runc).")
+@click.option("--mode", type=click.Choice(["hook", "cdi"]), default="hook", show_default=True)
+@click.option(
+    "--stage", type=click.Choice(["prestart", "createContainer"]), default="prestart", show_default=True
+)
+@click.option("--no-cdi", is_flag=True, help="Write no CDI specs.")
+@click.option("--wait", is_flag=True, help="Stay running; on SIGTERM/SIGINT remove what was installed.")
+@click.option("--ready-file", default=None, help="Written once installed (a readiness probe tests it).")
+def install_command(
+    root: str,
+    host_root_path: str | None,
+    host_root: str,
+    recipe: tuple[str, ...],
+    driver_root: str | None,
+    dev_root: str,
+    python: str,
+    runc: str | None,
+    mode: str,
+    stage: str,
+    no_cdi: bool,
+    wait: bool,
+    ready_file: str | None,
+) -> None:
+    """Install the node's runtime files in --root for the host: the hook and the runc wrapper as a
+    stdlib-only zipapp (sro-hook.pyz), the launcher a containerd runtime handler names as its
+    BinaryName (sro-runtime), hooks.d/sro-hook.json for CRI-O and podman, cdi/<vendor>-<class>.json
+    per recipe with devices, and manifest.json. Fails if the host has no --python. Idempotent."""
+    import signal
+
+    from sro.node.runtime import installing
+    from sro.node.runtime.wrapper import RUNC
+
+    root = os.path.abspath(root)
+    names = recipe or tuple(sorted(BUILTIN))
+    stop = {signal.SIGTERM, signal.SIGINT}
+    if wait:  # held from now on: a stop that comes while installing is answered right after it
+        signal.pthread_sigmask(signal.SIG_BLOCK, stop)
+    try:
+        settings = installing.Settings(
+            host_dir=host_root_path or root,
+            python=python,
+            runc=runc or RUNC,
+            mode=mode,
+            dev_root=dev_root,
+            stage=stage,
+        )
+        installing.install(root, dict.fromkeys(names, driver_root), settings, host_root, not no_cdi, log=_log)
+    except installing.InstallError as e:
+        raise click.ClickException(str(e)) from None
+    _log(f"installed the runtime files for {', '.join(names)} in {root}")
+    if ready_file:
+        with open(ready_file, "w") as f:
+            f.write("ready\n")
+    if not wait:
+        return
+    sig = signal.sigwait(stop)
+    _log(f"{signal.Signals(sig).name}: removing the runtime files of {', '.join(names)}")
+    try:
+        installing.uninstall(root, names, log=_log)
+    except installing.InstallError as e:
+        raise click.ClickException(str(e)) from None
+    finally:
+        if ready_file and os.path.exists(ready_file):
+            os.unlink(ready_file)
+
+
+@click.command("uninstall")
+@click.option("--root", default=RUNTIME_ROOT, show_default=True)
+@click.option("--recipe", multiple=True, help="Repeatable; default: every recipe installed there.")
+def uninstall_command(root: str, recipe: tuple[str, ...]) -> None:
+    """Remove what `sro runtime install` wrote in --root (only files its manifest lists): the
+    recipes' CDI specs, and with the last recipe the zipapp, the launcher, hooks.d and the manifest."""
+    from sro.node.runtime import installing
+
+    try:
+        installing.uninstall(os.path.abspath(root), recipe, log=_log)
+    except installing.InstallError as e:
+        raise click.ClickException(str(e)) from None

@@ -54,12 +54,21 @@ exec "$runc" "$@"
 """
 
 
-def render(python: str, runc: str = RUNC, mode: str = "hook", hook_options: Sequence[str] = ()) -> str:
-    """The launcher's text: `python` is the absolute path of the venv's interpreter."""
-    if not (os.path.isabs(python) and os.path.isabs(runc)):
-        raise ValueError("python and runc must be absolute paths")
+def render(
+    python: str,
+    runc: str = RUNC,
+    mode: str = "hook",
+    hook_options: Sequence[str] = (),
+    root: str | None = None,
+) -> str:
+    """The launcher's text: `python` is the absolute path of the interpreter the wrapper runs with,
+    `root` what goes on its sys.path (a directory holding `sro/`, or the runtime zipapp; default:
+    this installation's package root)."""
+    root = package_root() if root is None else root
+    if not (os.path.isabs(python) and os.path.isabs(runc) and os.path.isabs(root)):
+        raise ValueError("python, runc and the package root must be absolute paths")
     options = " ".join(shlex.quote(o) for o in ("--mode", mode, *hook_options))
-    boot = shlex.quote(bootstrap("sro.node.runtime.wrapper", package_root()))
+    boot = shlex.quote(bootstrap("sro.node.runtime.wrapper", root))
     return _TEMPLATE.format(runc=shlex.quote(runc), python=shlex.quote(python), options=options, boot=boot)
 
 

@@ -1,0 +1,487 @@
+"""`sro runtime install | uninstall`: the node's runtime files, in one directory the installer owns.
+
+Why: the runtime state's DaemonSet runs sro's image, but what it installs runs on the host, started
+by runc, containerd or CRI-O with the host's python3: so it installs a self-contained copy of the
+hook and the wrapper (`bundling`, a zipapp), the launcher a containerd runtime handler names as its
+BinaryName, a hooks.d entry for CRI-O/podman and a CDI spec per recipe, all naming host paths.
+
+Layout of the root (RUNTIME_ROOT, /var/lib/sro/runtime, on a node):
+
+    sro-hook.pyz            the hook + wrapper zipapp (stdlib only)
+    sro-runtime             the launcher (0755): containerd's runtime handler `sro` execs it
+    hooks.d/sro-hook.json   oci-hooks 1.0.0 entry (CRI-O: hooks_dir; podman: --hooks-dir)
+    cdi/<vendor>-<class>.json   one CDI spec per recipe with devices on this node (CRI-O, containerd >= 1.7)
+    manifest.json           what was installed, for whom, with which settings; uninstall removes only that
+
+The files are shared by every recipe installed on the node: the manifest records the recipes, and
+the launcher and hooks.d entry act for exactly those (`--recipe` each). Installing a recipe adds it;
+uninstalling one removes its CDI spec and rewrites the shared files for the rest; uninstalling the
+last removes everything the manifest lists, the manifest last. Concurrent installers (one per
+SpecialResource) take turns through a lock on the root directory. Writes are atomic (a temporary
+file renamed over the old one) and skipped where the bytes and mode are already right.
+
+Where the installer runs in a container, `host_root` is where it sees the host's `/` (the python it
+names must exist there; the CDI spec's driver files are found under it and written as host paths)
+and `host_dir` what the host calls the root directory.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+
+from sro import __version__
+from sro.api.names import RUNTIME_LAUNCHER
+from sro.api.recipes import BUILTIN, Recipe
+from sro.node.runtime import bundling, cdi, driverfiles, launcher, specedits
+from sro.node.runtime.inventory import DeviceNode, DriverInventory, FileMount
+from sro.node.runtime.wrapper import RUNC
+
+DEFAULT_PYTHON = "/usr/bin/python3"
+LAUNCHER_NAME = os.path.basename(RUNTIME_LAUNCHER)
+HOOKS_D_FILE = "hooks.d/sro-hook.json"
+CDI_DIR = "cdi"
+MANIFEST = "manifest.json"
+MANIFEST_KIND = "sro.dev/runtime-files"
+MODES = ("hook", "cdi")
+STAGES = ("prestart", "createContainer")
+
+Log = Callable[[str], None]
+
+
+class InstallError(RuntimeError):
+    """The runtime files cannot be installed (or removed); the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Node-wide: one set per root, whoever installs last sets them for every recipe."""
+
+    host_dir: str  # the root directory as the host names it
+    python: str = DEFAULT_PYTHON  # the host's interpreter the hook and the wrapper run with
+    runc: str = RUNC
+    mode: str = "hook"  # the wrapper's: add the hook (hook) or write the devices into the spec (cdi)
+    dev_root: str = "/dev"  # host directory standing for /dev
+    stage: str = "prestart"  # the hooks.d entry's stage
+
+    def __post_init__(self) -> None:
+        for what, path in (("--python", self.python), ("--runc", self.runc), ("the host dir", self.host_dir)):
+            if not os.path.isabs(path):
+                raise InstallError(f"{what} must be an absolute path, got {path!r}")
+        if self.mode not in MODES:
+            raise InstallError(f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.stage not in STAGES:
+            raise InstallError(f"--stage must be one of {', '.join(STAGES)}, got {self.stage!r}")
+
+    @property
+    def archive(self) -> str:
+        """Host path of the zipapp: what every bootstrap puts on sys.path."""
+        return os.path.join(self.host_dir, bundling.ARCHIVE_NAME)
+
+
+_CAMEL = {"host_dir": "hostDir", "python": "python", "runc": "runc", "mode": "mode"}
+_CAMEL |= {"dev_root": "devRoot", "stage": "stage"}
+_SNAKE = {v: k for k, v in _CAMEL.items()}
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What manifest.json says: the settings, the recipes (name -> driver root or None) and the files
+    (relative path -> {"sha256", "mode"})."""
+
+    settings: Settings
+    recipes: Mapping[str, str | None] = field(default_factory=dict)
+    files: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()  # e.g. why a recipe has no CDI spec
+
+    def to_json(self) -> str:
+        doc = {
+            "kind": MANIFEST_KIND,
+            "version": 1,
+            "installedBy": f"sro {__version__}",
+            "settings": {_CAMEL[k]: v for k, v in asdict(self.settings).items()},
+            "recipes": {name: {"driverRoot": root} for name, root in sorted(self.recipes.items())},
+            "files": {path: dict(meta) for path, meta in sorted(self.files.items())},
+            "notes": list(self.notes),
+        }
+        return json.dumps(doc, indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> Manifest:
+        doc = json.loads(text)
+        if not isinstance(doc, dict) or doc.get("kind") != MANIFEST_KIND:
+            raise ValueError(f"not an sro runtime manifest (kind {MANIFEST_KIND})")
+        recipes = {str(k): (v or {}).get("driverRoot") for k, v in doc.get("recipes", {}).items()}
+        files = {str(k): {str(a): str(b) for a, b in v.items()} for k, v in doc.get("files", {}).items()}
+        for path in files:
+            _check_relative(path)
+        settings = Settings(**{_SNAKE[k]: str(v) for k, v in doc["settings"].items() if k in _SNAKE})
+        return cls(settings, recipes, files, tuple(str(n) for n in doc.get("notes", ())))
+
+
+@dataclass(frozen=True)
+class File:
+    data: bytes
+    mode: int = 0o644
+
+
+def _check_relative(path: str) -> str:
+    parts = path.split("/")
+    if os.path.isabs(path) or not path or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(f"manifest lists {path!r}: not a plain relative path")
+    return path
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+# -- the host -------------------------------------------------------------------------------------
+
+
+def on_host(host_root: str, path: str, max_links: int = 40) -> str:
+    """`path` of the host as this process sees it (under `host_root`), the host's symlinks followed
+    as the host would: an absolute link target starts again at `host_root`, never at our `/`."""
+    todo = [p for p in path.split("/") if p and p != "."]
+    done: list[str] = []
+    links = 0
+    while todo:
+        part = todo.pop(0)
+        if part == "..":
+            if done:
+                done.pop()
+            continue
+        here = os.path.join(host_root, *done, part)
+        if os.path.islink(here):
+            links += 1
+            if links > max_links:
+                raise OSError(f"too many levels of symbolic links in {path}")
+            target = os.readlink(here)
+            if target.startswith("/"):
+                done = []
+            todo = [p for p in target.split("/") if p and p != "."] + todo
+            continue
+        done.append(part)
+    return os.path.join(host_root, *done)
+
+
+def check_python(settings: Settings, host_root: str) -> str:
+    """Where the host's interpreter is as we see it; InstallError if the host has none there."""
+    seen = on_host(host_root, settings.python)
+    where = "" if host_root == "/" else f" (looked at {seen}, the host's / being {host_root})"
+    if not os.path.isfile(seen) or not os.stat(seen).st_mode & 0o111:
+        raise InstallError(
+            f"this node has no Python interpreter at {settings.python}{where}: the OCI hook and the "
+            "runc wrapper run with the host's python3 (3.11 or later); install it (Debian/Ubuntu: "
+            "apt-get install python3-minimal) or name another with --python"
+        )
+    return seen
+
+
+def try_python(python: str, archive: str) -> str:
+    """Run the zipapp's self-check with `python` (only where the host's programs run here)."""
+    argv = [python, "-I", "-S", archive, "check"]
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd="/", env={})
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise InstallError(f"{python} could not run the hook's self-check: {e}") from None
+    if out.returncode != 0 or not out.stdout.startswith("ok "):
+        tail = (out.stderr or out.stdout).strip().splitlines()[-3:]
+        raise InstallError(f"{python} cannot run the hook (needs 3.11 or later): {' / '.join(tail)}")
+    return out.stdout.split()[1]  # its cache tag, e.g. cpython-311
+
+
+# -- what goes in the root ------------------------------------------------------------------------
+
+
+def hook_options(recipes: Mapping[str, str | None], dev_root: str) -> list[str]:
+    """The options every hook and wrapper invocation carries: exactly the installed recipes."""
+    opts: list[str] = []
+    for name in sorted(recipes):
+        opts += ["--recipe", name]
+    for name, root in sorted(recipes.items()):
+        if root:
+            opts += ["--driver-root", f"{name}={root}"]
+    if dev_root != "/dev":
+        opts += ["--dev-root", dev_root]
+    return opts
+
+
+def _json(doc: object) -> bytes:
+    return (json.dumps(doc, indent=2) + "\n").encode()
+
+
+def shared_files(settings: Settings, recipes: Mapping[str, str | None]) -> dict[str, File]:
+    """The zipapp, the launcher and the hooks.d entry for `recipes` (pure)."""
+    opts = hook_options(recipes, settings.dev_root)
+    text = launcher.render(settings.python, settings.runc, settings.mode, opts, root=settings.archive)
+    cmd = specedits.HookCommand(settings.python, tuple(opts), root=settings.archive)
+    return {
+        bundling.ARCHIVE_NAME: File(bundling.build(settings.archive)),
+        LAUNCHER_NAME: File(text.encode(), 0o755),
+        HOOKS_D_FILE: File(_json(specedits.hooks_d(cmd, settings.stage))),
+    }
+
+
+def _strip(path: str, host_root: str) -> str:
+    if host_root == "/":
+        return path
+    rel = os.path.relpath(path, host_root)
+    if rel == ".." or rel.startswith("../"):
+        raise InstallError(f"{path} resolves outside the host's / ({host_root}): an absolute link?")
+    return "/" + rel if rel != "." else "/"
+
+
+def _host_mount(m: FileMount, host_root: str) -> FileMount:
+    return FileMount(_strip(m.host_path, host_root), m.container_path, m.kind)
+
+
+def _host_node(d: DeviceNode, host_root: str) -> DeviceNode:
+    return DeviceNode(d.path, _strip(d.host_path, host_root), d.major, d.minor, d.file_mode, d.device_id)
+
+
+def host_inventory(recipe: Recipe, driver_root: str | None, dev_root: str, host_root: str) -> DriverInventory:
+    """The recipe's driver files found under `host_root`, named as the host names them."""
+    root = driver_root or recipe.driver_root
+    inv = driverfiles.discover(recipe, on_host(host_root, root), on_host(host_root, dev_root))
+
+    def groups(g: Mapping[str, tuple[FileMount, ...]]) -> dict[str, tuple[FileMount, ...]]:
+        return {cap: tuple(_host_mount(m, host_root) for m in ms) for cap, ms in g.items()}
+
+    return DriverInventory(
+        recipe=inv.recipe,
+        devices=tuple(_host_node(d, host_root) for d in inv.devices),
+        control_nodes=tuple(_host_node(d, host_root) for d in inv.control_nodes),
+        libraries=groups(inv.libraries),
+        binaries=groups(inv.binaries),
+        directories=groups(inv.directories),
+        firmware=tuple(_host_mount(m, host_root) for m in inv.firmware),
+        aliases=dict(inv.aliases),
+    )
+
+
+def cdi_file(
+    settings: Settings, name: str, driver_root: str | None, host_root: str
+) -> tuple[str, File] | str:
+    """(path, file) of the recipe's CDI spec, or why it has none (no devices on this node)."""
+    recipe = BUILTIN[name]
+    opts = ["--recipe", name] + (["--driver-root", driver_root] if driver_root else [])
+    ldcache = specedits.HookCommand(settings.python, tuple(opts), root=settings.archive)
+    try:
+        inv = host_inventory(recipe, driver_root, settings.dev_root, host_root)
+        spec = cdi.generate(recipe, inv, ldcache)
+    except (cdi.CDIError, InstallError, ValueError) as e:
+        return f"{name}: no CDI spec ({e})"
+    return f"{CDI_DIR}/{cdi.spec_file_name(recipe, 'json')}", File(cdi.dumps(spec, "json").encode())
+
+
+# -- writing and removing -------------------------------------------------------------------------
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _same(path: str, f: File) -> bool:
+    try:
+        st = os.lstat(path)
+        if not os.path.isfile(path) or os.path.islink(path) or (st.st_mode & 0o7777) != f.mode:
+            return False
+        with open(path, "rb") as fh:
+            return fh.read(len(f.data) + 1) == f.data
+    except OSError:
+        return False
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str, f: File) -> bool:
+    """Write `f` at `path` through a temporary file and a rename; False if it was already so."""
+    if _same(path, f):
+        return False
+    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(f.data)
+            fh.flush()
+            os.fchmod(fh.fileno(), f.mode)
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(os.path.dirname(path))
+    return True
+
+
+class _Locked:
+    """An exclusive flock on the root directory itself (no lock file left behind)."""
+
+    def __init__(self, root: str) -> None:
+        os.makedirs(root, mode=0o755, exist_ok=True)
+        self.fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+    def __enter__(self) -> _Locked:
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+
+
+def read_manifest(root: str) -> Manifest | None:
+    path = os.path.join(root, MANIFEST)
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        return Manifest.from_json(text)
+    except (ValueError, TypeError, KeyError) as e:
+        raise InstallError(
+            f"{path} is not a manifest sro can read ({e}); nothing was changed. Remove the files it "
+            "lists by hand (or the whole directory, if nothing else lives there) and install again"
+        ) from None
+
+
+def _remove(root: str, rel: str, log: Log) -> None:
+    path = os.path.join(root, rel)
+    if os.path.islink(path) or not os.path.lexists(path):
+        if os.path.islink(path):
+            log(f"left {path}: a symlink now, not the file sro wrote")
+        return
+    if not os.path.isfile(path):
+        log(f"left {path}: not a regular file any more")
+        return
+    os.unlink(path)
+    log(f"removed {path}")
+    parent = os.path.dirname(rel)
+    while parent:  # directories we made (hooks.d, cdi), once empty
+        try:
+            os.rmdir(os.path.join(root, parent))
+        except OSError:
+            break
+        parent = os.path.dirname(parent)
+
+
+def _apply(
+    root: str, old: Manifest | None, new: Manifest, files: Mapping[str, File | None], log: Log
+) -> Manifest:
+    """Write `files` (None: keep the file as the old manifest has it), remove what the old manifest
+    lists and `files` does not, then write (or, with no recipes left, remove) the manifest."""
+    listed: dict[str, Mapping[str, str]] = {}
+    for rel, f in files.items():
+        if f is None:
+            if old is not None and rel in old.files:
+                listed[rel] = old.files[rel]
+            continue
+        path = os.path.join(root, rel)
+        log(f"{'wrote' if write_atomic(path, f) else 'unchanged'} {path}")
+        listed[rel] = {"sha256": _sha256(f.data), "mode": f"{f.mode:04o}"}
+    for rel in sorted(set(old.files) - set(listed) if old is not None else ()):
+        _remove(root, rel, log)
+    result = Manifest(new.settings, new.recipes, listed, new.notes)
+    if new.recipes:
+        write_atomic(os.path.join(root, MANIFEST), File(result.to_json().encode()))
+    elif os.path.lexists(os.path.join(root, MANIFEST)):
+        _remove(root, MANIFEST, log)
+    return result
+
+
+# -- the two commands -----------------------------------------------------------------------------
+
+
+def install(
+    root: str,
+    recipes: Mapping[str, str | None],
+    settings: Settings,
+    host_root: str = "/",
+    with_cdi: bool = True,
+    log: Log = _quiet,
+) -> Manifest:
+    """Install (or refresh) the runtime files for `recipes` (name -> driver root or None) in `root`.
+
+    The recipes join those already installed there; `settings` replace the node's settings.
+    """
+    unknown = sorted(set(recipes) - set(BUILTIN))
+    if unknown:
+        raise InstallError(f"unknown recipe(s) {', '.join(unknown)} (known: {', '.join(sorted(BUILTIN))})")
+    if not recipes:
+        raise InstallError("no recipe to install")
+    check_python(settings, host_root)
+    if not os.path.isfile(on_host(host_root, settings.runc)):
+        log(f"warning: no runc at {settings.runc} on this node: the launcher {LAUNCHER_NAME} cannot work")
+    with _Locked(root):
+        old = read_manifest(root)
+        if old is not None and old.settings != settings:
+            log(f"settings for every recipe in {root} change: {asdict(old.settings)} -> {asdict(settings)}")
+        merged = {**(old.recipes if old is not None else {}), **recipes}
+        files: dict[str, File | None] = dict(shared_files(settings, merged))
+        if host_root == "/":
+            tag = _checked_archive(root, settings, files[bundling.ARCHIVE_NAME])
+            if tag != bundling.CACHE_TAG:
+                log(f"note: {settings.python} is {tag}; the bundled bytecode is {bundling.CACHE_TAG}")
+        notes: list[str] = []
+        for name, driver_root in sorted(merged.items()):
+            if not with_cdi:
+                continue
+            made = cdi_file(settings, name, driver_root, host_root)
+            if isinstance(made, str):
+                notes.append(made)
+                log(made)
+            else:
+                files[made[0]] = made[1]
+        return _apply(root, old, Manifest(settings, merged, {}, tuple(notes)), files, log)
+
+
+def _checked_archive(root: str, settings: Settings, archive: File | None) -> str:
+    """Run the host's python on the new zipapp before it replaces anything (host runs only)."""
+    assert archive is not None
+    tmp = os.path.join(root, f".check-{os.getpid()}.pyz")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(archive.data)
+        return try_python(settings.python, tmp)
+    finally:
+        os.unlink(tmp)
+
+
+def uninstall(root: str, recipes: tuple[str, ...] = (), log: Log = _quiet) -> Manifest | None:
+    """Remove `recipes` (default: all) from `root`: their CDI specs, and once none is left every
+    file the manifest lists. Files the manifest does not list are never touched."""
+    if not os.path.isdir(root):
+        log(f"nothing installed in {root}")
+        return None
+    with _Locked(root):
+        old = read_manifest(root)
+        if old is None:
+            log(f"nothing installed in {root} (no {MANIFEST})")
+            return None
+        gone = set(recipes or old.recipes)
+        left = {n: r for n, r in old.recipes.items() if n not in gone}
+        for name in sorted(gone - set(old.recipes)):
+            log(f"{name} was not installed in {root}")
+        files: dict[str, File | None] = {}
+        if left:
+            files = dict(shared_files(old.settings, left))
+            files[bundling.ARCHIVE_NAME] = None  # the same code keeps running: leave the archive be
+            cdi_paths = {f"{CDI_DIR}/{cdi.spec_file_name(BUILTIN[n], 'json')}" for n in left if n in BUILTIN}
+            files.update(dict.fromkeys(cdi_paths & set(old.files)))
+        notes = tuple(n for n in old.notes if n.split(":", 1)[0] in left)
+        return _apply(root, old, Manifest(old.settings, left, {}, notes), files, log)

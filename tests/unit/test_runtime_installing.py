@@ -1,0 +1,257 @@
+"""`sro runtime install | uninstall` on temporary trees: the files, their modes, the manifest,
+idempotence, host paths when the host's / is elsewhere, and removal of exactly what was written."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sro.cli import cli
+from sro.node.runtime import bundling, installing
+from sro.node.runtime.installing import InstallError, Settings
+
+SIM = "simulated-gpu"
+NV = "nvidia-gpu"
+SIM_CDI = "cdi/sro.dev-simulated-gpu.json"
+
+
+def _host(tmp_path: Path) -> Path:
+    """A fake host's / : python3 (an absolute link, as some distros have), runc, the simulated
+    driver's files and its device nodes (links to /dev/null: character devices without root)."""
+    host = tmp_path / "host"
+    (host / "usr" / "bin").mkdir(parents=True)
+    (host / "usr" / "sbin").mkdir(parents=True)
+    real = host / "usr" / "bin" / "python3.11"
+    real.write_text("#!/bin/false\n")
+    real.chmod(0o755)
+    (host / "usr" / "bin" / "python3").symlink_to("/usr/bin/python3.11")
+    (host / "usr" / "sbin" / "runc").write_text("")
+    drv = host / "var" / "lib" / "sro" / "driver" / "simulated-gpu"
+    (drv / "lib").mkdir(parents=True)
+    (drv / "bin").mkdir()
+    (drv / "lib" / "libsimgpu.so.1").write_bytes(b"\x7fELF")
+    (drv / "bin" / "simgpu-smi").write_text("#!/bin/sh\n")
+    (host / "dev").mkdir()
+    for name in ("sro-simgpu0", "sro-simgpu1", "sro-simgpuctl"):
+        (host / "dev" / name).symlink_to("/dev/null")
+    return host
+
+
+def _settings(root: Path, **kw: str) -> Settings:
+    return Settings(host_dir=kw.pop("host_dir", str(root)), **kw)
+
+
+def _files(root: Path) -> dict[str, tuple[int, bytes]]:
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            out[str(p.relative_to(root))] = (p.stat().st_mode & 0o7777, p.read_bytes())
+    return out
+
+
+def _install(
+    root: Path, host: Path, recipes: dict[str, str | None] | None = None, **kw: str
+) -> installing.Manifest:
+    return installing.install(
+        str(root), recipes if recipes is not None else {SIM: None}, _settings(root, **kw), host_root=str(host)
+    )
+
+
+def test_install_writes_the_files_for_the_host_with_a_manifest(tmp_path: Path) -> None:
+    host, root = _host(tmp_path), tmp_path / "mnt" / "runtime"
+    m = _install(root, host, host_dir="/var/lib/sro/runtime")
+    files = _files(root)
+    assert sorted(files) == sorted(
+        [bundling.ARCHIVE_NAME, "sro-runtime", "hooks.d/sro-hook.json", SIM_CDI, installing.MANIFEST]
+    )
+    assert files["sro-runtime"][0] == 0o755
+    assert {mode for name, (mode, _) in files.items() if name != "sro-runtime"} == {0o644}
+    doc = json.loads(files[installing.MANIFEST][1])
+    assert (
+        doc["recipes"] == {SIM: {"driverRoot": None}} and doc["settings"]["hostDir"] == "/var/lib/sro/runtime"
+    )
+    assert set(doc["files"]) == set(files) - {installing.MANIFEST} == set(m.files)
+    import hashlib
+
+    for name, meta in doc["files"].items():
+        assert meta["sha256"] == hashlib.sha256(files[name][1]).hexdigest()
+        assert int(meta["mode"], 8) == files[name][0]
+
+    archive = "/var/lib/sro/runtime/sro-hook.pyz"  # host paths everywhere, never where we see them
+    launcher = files["sro-runtime"][1].decode()
+    assert f"/usr/bin/python3 -I -S -c 'import sys;sys.path.insert(0,'\"'\"'{archive}'\"'\"')" in launcher
+    assert '--mode hook --recipe simulated-gpu -- "$@"' in launcher and str(tmp_path) not in launcher
+    hooksd = json.loads(files["hooks.d/sro-hook.json"][1])
+    assert hooksd["hook"]["path"] == "/usr/bin/python3" and archive in hooksd["hook"]["args"][4]
+    assert hooksd["hook"]["args"][5:] == ["prestart", "--recipe", SIM] and hooksd["stages"] == ["prestart"]
+    spec = json.loads(files[SIM_CDI][1])
+    assert [d["name"] for d in spec["devices"]] == ["0", "1", "all"]
+    edits = spec["containerEdits"]
+    assert edits["deviceNodes"] == [
+        {"path": "/dev/sro-simgpuctl", "type": "c", "major": 1, "minor": 3, "fileMode": 0o666}
+    ]
+    assert {x["hostPath"] for x in edits["mounts"]} == {
+        "/var/lib/sro/driver/simulated-gpu/lib/libsimgpu.so.1",
+        "/var/lib/sro/driver/simulated-gpu/bin/simgpu-smi",
+    }
+    assert edits["hooks"][0]["path"] == "/usr/bin/python3" and archive in edits["hooks"][0]["args"][4]
+    assert str(tmp_path) not in files[SIM_CDI][1].decode()
+
+
+def test_install_is_idempotent(tmp_path: Path) -> None:
+    host, root = _host(tmp_path), tmp_path / "runtime"
+    _install(root, host)
+    before = {p: os.stat(root / p).st_mtime_ns for p in _files(root)}
+    content = _files(root)
+    log: list[str] = []
+    installing.install(str(root), {SIM: None}, _settings(root), host_root=str(host), log=log.append)
+    assert _files(root) == content
+    assert {p: os.stat(root / p).st_mtime_ns for p in _files(root)} == before
+    assert all(line.startswith("unchanged ") for line in log), log
+
+
+def test_recipes_share_the_files_and_uninstall_removes_one_at_a_time(tmp_path: Path) -> None:
+    host, root = _host(tmp_path), tmp_path / "runtime"
+    _install(root, host, {SIM: None})
+    _install(root, host, {NV: None})  # no NVIDIA devices here: no spec, a note says why
+    manifest = installing.read_manifest(str(root))
+    assert manifest is not None and set(manifest.recipes) == {SIM, NV}
+    assert any(n.startswith(f"{NV}: no CDI spec") for n in manifest.notes)
+    assert "--recipe nvidia-gpu --recipe simulated-gpu" in (root / "sro-runtime").read_text()
+    (root / "cdi" / "someone-else.json").write_text("{}")
+    (root / "mine.txt").write_text("not sro's")
+
+    installing.uninstall(str(root), (SIM,))
+    assert not (root / SIM_CDI).exists() and (root / "cdi" / "someone-else.json").exists()
+    assert "--recipe nvidia-gpu -- " in (root / "sro-runtime").read_text()
+    assert json.loads((root / "hooks.d" / "sro-hook.json").read_text())["hook"]["args"][5:] == [
+        "prestart",
+        "--recipe",
+        NV,
+    ]
+    manifest = installing.read_manifest(str(root))
+    assert manifest is not None and set(manifest.recipes) == {NV} and SIM_CDI not in manifest.files
+
+    installing.uninstall(str(root))
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == [
+        "cdi",
+        "cdi/someone-else.json",
+        "mine.txt",
+    ]
+    assert installing.uninstall(str(root)) is None  # nothing left to do
+
+
+def test_uninstall_leaves_files_replaced_by_someone_else(tmp_path: Path) -> None:
+    host, root = _host(tmp_path), tmp_path / "runtime"
+    _install(root, host)
+    (root / "sro-runtime").unlink()
+    (root / "sro-runtime").symlink_to("/bin/true")
+    log: list[str] = []
+    installing.uninstall(str(root), log=log.append)
+    assert (root / "sro-runtime").is_symlink() and not (root / installing.MANIFEST).exists()
+    assert any("left" in line and "symlink" in line for line in log)
+
+
+def test_a_manifest_sro_cannot_read_changes_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "runtime"
+    root.mkdir()
+    (root / "x").write_text("keep")
+    bad = {"kind": installing.MANIFEST_KIND, "settings": {"hostDir": str(root)}, "files": {"../x": {}}}
+    (root / installing.MANIFEST).write_text(json.dumps(bad))
+    with pytest.raises(InstallError, match="not a manifest sro can read"):
+        installing.uninstall(str(root))
+    assert (root / "x").read_text() == "keep" and (root / installing.MANIFEST).exists()
+
+
+def test_missing_python_fails_before_anything_is_written(tmp_path: Path) -> None:
+    host, root = _host(tmp_path), tmp_path / "runtime"
+    with pytest.raises(InstallError, match=r"no Python interpreter at /usr/bin/python3\.13 .*--python"):
+        _install(root, host, python="/usr/bin/python3.13")
+    (host / "usr" / "bin" / "python3.11").chmod(0o644)
+    with pytest.raises(InstallError, match="/usr/bin/python3"):
+        _install(root, host)
+    assert not root.exists() or not any(root.iterdir())
+
+
+def test_python_links_resolve_inside_the_host_root(tmp_path: Path) -> None:
+    host = _host(tmp_path)
+    assert installing.on_host(str(host), "/usr/bin/python3") == str(host / "usr" / "bin" / "python3.11")
+    (host / "usr" / "bin" / "up").symlink_to("../../../../../../../../usr/bin/python3.11")
+    assert installing.on_host(str(host), "/usr/bin/up") == str(host / "usr" / "bin" / "python3.11")
+
+
+def test_settings_and_hook_options() -> None:
+    with pytest.raises(InstallError, match="--python must be an absolute path"):
+        Settings(host_dir="/x", python="python3")
+    with pytest.raises(InstallError, match="--mode"):
+        Settings(host_dir="/x", mode="other")
+    opts = installing.hook_options({SIM: "/opt/sim", NV: None}, "/host-dev")
+    assert opts == [
+        "--recipe",
+        NV,
+        "--recipe",
+        SIM,
+        "--driver-root",
+        f"{SIM}=/opt/sim",
+        "--dev-root",
+        "/host-dev",
+    ]
+
+
+def test_on_this_host_the_python_runs_the_archive_before_it_is_installed(tmp_path: Path) -> None:
+    root = tmp_path / "runtime"
+    m = installing.install(str(root), {SIM: None}, _settings(root, python=sys.executable), with_cdi=False)
+    assert set(m.files) == {bundling.ARCHIVE_NAME, "sro-runtime", "hooks.d/sro-hook.json"}
+    assert not list(root.glob(".check-*"))
+    fake = tmp_path / "old-python"
+    fake.write_text("#!/bin/sh\necho 'SyntaxError: invalid syntax' >&2; exit 1\n")
+    fake.chmod(0o755)
+    with pytest.raises(InstallError, match=f"{fake} cannot run the hook .*SyntaxError"):
+        installing.install(str(root), {SIM: None}, _settings(root, python=str(fake)), with_cdi=False)
+    assert (root / "sro-runtime").read_text().count(sys.executable) == 1  # the old install stands
+
+
+def test_cli_install_uninstall_and_missing_python(tmp_path: Path) -> None:
+    host, root = _host(tmp_path), tmp_path / "runtime"
+    runner = CliRunner()
+    args = ["runtime", "install", "--root", str(root), "--host-root", str(host), "--recipe", SIM]
+    res = runner.invoke(cli, [*args, "--host-root-path", "/var/lib/sro/runtime"])
+    assert res.exit_code == 0, res.output
+    assert (root / "sro-runtime").exists() and (root / SIM_CDI).exists()
+    res = runner.invoke(cli, [*args, "--python", "/opt/none/python3"])
+    assert res.exit_code == 1 and "no Python interpreter at /opt/none/python3" in res.output
+    res = runner.invoke(cli, ["runtime", "uninstall", "--root", str(root)])
+    assert res.exit_code == 0, res.output
+    assert not any(root.iterdir())
+
+
+def test_cli_wait_removes_what_it_installed_on_sigterm(tmp_path: Path) -> None:
+    host, root, ready = _host(tmp_path), tmp_path / "runtime", tmp_path / "ready"
+    argv = [sys.executable, "-m", "sro", "runtime", "install", "--root", str(root), "--host-root", str(host)]
+    proc = subprocess.Popen(
+        [*argv, "--recipe", SIM, "--wait", "--ready-file", str(ready)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready.exists() and (root / installing.MANIFEST).exists()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "SIGTERM: removing" in err and not ready.exists() and not any(root.iterdir())

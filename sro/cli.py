@@ -28,6 +28,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "sro.local.commands:local",
         "A real single-node Kubernetes on this machine (up/down/status/env/image).",
     ),
+    "operator": (
+        "sro.operator.command:operator",
+        "Run the special resource operator (what `sro install` deploys).",
+    ),
+    "status": ("sro.operator.status_command:status", "SpecialResources and where each node stands, as tables."),
     "discover": (
         "sro.node.discovery.command:discover_command",
         "Node features as NFD labels; --publish labels the Node.",
@@ -52,6 +57,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "runtime": (
         "sro.node.runtime.commands:runtime",
         "runc wrapper for a containerd runtime handler; write-launcher.",
+    ),
+    "validate": (
+        "sro.node.validation.commands:validate",
+        "Validation pods' checks: `validate driver`, `validate workload`.",
     ),
     "manifests": (
         "sro.manifests.command:manifests",

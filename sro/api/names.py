@@ -37,6 +37,7 @@ def sro_label(name: str) -> str:
     """Our label key for `name` (e.g. `sro_label("gpu.simulated")` -> `sro.dev/gpu.simulated`)."""
     return PREFIX + name
 
+
 # Labels the operator puts on every object it renders for a SpecialResource, and on their pods.
 SPECIALRESOURCE_LABEL: Final = f"{GROUP}/specialresource"
 STATE_LABEL: Final = f"{GROUP}/state"

@@ -51,6 +51,7 @@ class SpecialResourceInfo:
     generation: int = 1
     created: str = ""  # RFC 3339; the older of two SpecialResources claiming one resource wins
     status: Mapping[str, Any] = field(default_factory=dict)
+    deleting: bool = False
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,7 @@ def sr_from_json(doc: Mapping[str, Any]) -> SpecialResourceInfo:
         generation=int(md.get("generation", 1)),
         created=md.get("creationTimestamp", ""),
         status=doc.get("status") or {},
+        deleting=bool(md.get("deletionTimestamp")),
     )
 
 

@@ -1,0 +1,271 @@
+"""The operator's API I/O: read what one SpecialResource's reconcile needs, carry out its plan, and
+remove everything on deletion.
+
+Why separate from the reconcile: this is the only operator code that talks to the API server, and
+it makes no decisions — it turns API objects into `sro.operator.observed` records and performs the
+plan's steps (server-side apply with field manager `sro`, pod create/delete, node merge patches
+guarded by resourceVersion, the status subresource). Errors on one node's patch are logged and
+retried on the next pass; they never stop the rest of the plan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import httpx
+import yaml
+from lightkube import ApiError, AsyncClient, codecs
+from lightkube.generic_resource import create_global_resource
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.core_v1 import ConfigMap, Node, Pod, Service
+from lightkube.types import PatchType
+
+from sro.api.names import FIELD_MANAGER, GROUP, KIND, PLURAL, PREFIX, SPECIALRESOURCE_LABEL, VERSION
+from sro.api.specialresource import not_ready_taint, reached_annotation
+from sro.operator.observed import (
+    NodeInfo,
+    Observed,
+    PodInfo,
+    SpecialResourceInfo,
+    node_from_json,
+    pod_from_json,
+    sr_from_json,
+)
+from sro.operator.reconcile import NodePatch, Plan
+from sro.operator.states import HARD_REASONS
+
+log = logging.getLogger(__name__)
+
+SpecialResource = create_global_resource(GROUP, VERSION, KIND, PLURAL)
+OWNED_KINDS: Mapping[str, Any] = {"DaemonSet": DaemonSet, "ConfigMap": ConfigMap, "Service": Service}
+LOG_TAIL_LINES = 20
+Errors = (ApiError, httpx.HTTPError, OSError)
+
+
+def _code(e: Exception) -> int:
+    return int(getattr(getattr(e, "status", None), "code", 0) or 0)
+
+
+def _dict(obj: Any) -> dict[str, Any]:
+    return dict(obj.to_dict() if hasattr(obj, "to_dict") else obj)
+
+
+class SpecialResourceIO:
+    """One per operator process; remembers what it applied so unchanged objects are not re-sent."""
+
+    def __init__(self, client: AsyncClient, namespace: str, image: str) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.image = image
+        self._applied: dict[tuple[str, str], str] = {}
+
+    # ---- reading ---------------------------------------------------------------------------
+    async def get_sr(self, name: str) -> SpecialResourceInfo | None:
+        try:
+            return sr_from_json(_dict(await self.client.get(SpecialResource, name)))
+        except ApiError as e:
+            if _code(e) == 404:
+                return None
+            raise
+
+    async def _log_tail(self, pod: str) -> str:
+        lines: list[str] = []
+        try:
+            async for line in self.client.log(pod, namespace=self.namespace, tail_lines=LOG_TAIL_LINES):
+                lines.append(line)
+        except Errors:
+            return ""
+        return "".join(lines)[-1024:]
+
+    async def _config_map(self, name: str) -> dict[str, str] | None:
+        try:
+            cm = await self.client.get(ConfigMap, name, namespace=self.namespace)
+        except ApiError as e:
+            if _code(e) == 404:
+                return None
+            raise
+        return dict(cm.data or {})
+
+    async def observe(self, sr: SpecialResourceInfo) -> Observed:
+        ns = self.namespace
+        selector: dict[str, Any] = {SPECIALRESOURCE_LABEL: sr.name}
+        nodes = [node_from_json(_dict(n)) async for n in self.client.list(Node)]
+        pods: list[PodInfo] = []
+        async for p in self.client.list(Pod, namespace=ns, labels=selector):
+            info = pod_from_json(_dict(p))
+            if info.phase == "Failed" or info.reason in HARD_REASONS or info.restarts >= 3:
+                info = pod_from_json(_dict(p), log=await self._log_tail(info.name))
+            pods.append(info)
+        owned: list[tuple[str, str]] = []
+        for kind, res in OWNED_KINDS.items():
+            async for o in self.client.list(res, namespace=ns, labels=selector):
+                owned.append((kind, _dict(o)["metadata"]["name"]))
+        everyone = [sr_from_json(_dict(o)) async for o in self.client.list(SpecialResource)]
+        others = [o for o in everyone if o.name != sr.name and not o.deleting]
+        custom = None
+        name = str(sr.spec.get("customManifests") or "")
+        if name:
+            custom = await self._config_map(name)
+        recipe = None
+        recipe_cm = str(sr.spec.get("recipeConfigMap") or "")
+        if recipe_cm:
+            data = await self._config_map(recipe_cm)
+            if data is not None:
+                try:
+                    loaded = yaml.safe_load(data.get("recipe.yaml", "")) or {}
+                    recipe = loaded if isinstance(loaded, dict) else {"recipe.yaml": "not a mapping"}
+                except yaml.YAMLError as e:
+                    recipe = {"recipe.yaml": f"invalid YAML: {e}"}
+        return Observed(
+            sr=sr,
+            nodes=tuple(nodes),
+            pods=tuple(pods),
+            others=tuple(others),
+            owned=tuple(owned),
+            custom_manifests=custom,
+            custom_recipe=recipe,
+            image=self.image,
+        )
+
+    # ---- carrying out a plan -------------------------------------------------------------------
+    async def carry_out(self, sr: SpecialResourceInfo, plan: Plan, owned: Iterable[tuple[str, str]]) -> int:
+        """Perform the plan; returns how many steps failed (logged, retried on the next pass)."""
+        failures = 0
+        present = set(owned)
+        for obj in plan.apply:
+            key = (obj["kind"], obj["metadata"]["name"])
+            digest = hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+            if self._applied.get(key) == digest and key in present:
+                continue
+            try:
+                await self.client.apply(codecs.from_dict(obj), field_manager=FIELD_MANAGER, force=True)
+                self._applied[key] = digest
+                log.info("%s: applied %s/%s", sr.name, *key)
+            except Errors as e:
+                failures += 1
+                log.warning("%s: could not apply %s/%s: %s", sr.name, *key, e)
+        for kind, name in plan.delete:
+            failures += not await self._delete(OWNED_KINDS[kind], name)
+            self._applied.pop((kind, name), None)
+            log.info("%s: deleted stale %s/%s", sr.name, kind, name)
+        for pod_name in plan.delete_pods:
+            failures += not await self._delete(Pod, pod_name)
+        for pod in plan.create_pods:
+            try:
+                await self.client.create(codecs.from_dict(pod))
+                log.info("%s: created validation pod %s", sr.name, pod["metadata"]["name"])
+            except Errors as e:
+                if _code(e) != 409:
+                    failures += 1
+                    log.warning("%s: could not create pod %s: %s", sr.name, pod["metadata"]["name"], e)
+        for node, patch in plan.node_patches.items():
+            failures += not await self.patch_node(sr.name, node, patch)
+        if dict(plan.status) != dict(sr.status):
+            failures += not await self.patch_status(sr, plan.status)
+        return failures
+
+    async def _delete(self, res: Any, name: str) -> bool:
+        try:
+            await self.client.delete(res, name, namespace=self.namespace)
+        except Errors as e:
+            if _code(e) != 404:
+                log.warning("could not delete %s %s: %s", res.__name__, name, e)
+                return False
+        return True
+
+    async def patch_node(self, sr: str, name: str, patch: NodePatch) -> bool:
+        metadata: dict[str, Any] = {}
+        if patch.labels:
+            metadata["labels"] = dict(patch.labels)
+        if patch.annotations:
+            metadata["annotations"] = dict(patch.annotations)
+        body: dict[str, Any] = {"metadata": metadata}
+        try:
+            if patch.taint is not None:
+                node = _dict(await self.client.get(Node, name))
+                taints = list((node.get("spec") or {}).get("taints") or [])
+                key = not_ready_taint(sr)
+                taints = [t for t in taints if t.get("key") != key]
+                if patch.taint:
+                    taints.append({"key": key, "value": "true", "effect": "NoSchedule"})
+                body["spec"] = {"taints": taints}
+                metadata["resourceVersion"] = node["metadata"]["resourceVersion"]
+            await self.client.patch(Node, name, body, patch_type=PatchType.MERGE)
+            return True
+        except Errors as e:
+            if _code(e) == 404:
+                return True  # the node left; the next pass forgets it
+            log.warning("%s: could not patch node %s: %s", sr, name, e)
+            return False
+
+    async def patch_status(self, sr: SpecialResourceInfo, status: Mapping[str, Any]) -> bool:
+        body: dict[str, Any] = dict(status)
+        for key in ("stateCounts", "states"):  # merge patch: keys that went away must be nulled
+            gone = set(sr.status.get(key) or {}) - set(status.get(key) or {})
+            if gone:
+                body[key] = {**dict(status.get(key) or {}), **{k: None for k in gone}}
+        try:
+            await self.client.patch(
+                SpecialResource.Status, sr.name, {"status": body}, patch_type=PatchType.MERGE
+            )
+            return True
+        except Errors as e:
+            log.warning("%s: could not update the status: %s", sr.name, e)
+            return False
+
+    # ---- removal ----------------------------------------------------------------------------
+    async def remove_all(self, sr: str, timeout: float = 60.0) -> list[str]:
+        """Delete what `sr` created and take its node labels, annotations and taints back; wait
+        until its pods are gone (the driver unloads and the runtime files go as the pods stop).
+        Returns what could not be removed (empty when all is gone)."""
+        selector: dict[str, Any] = {SPECIALRESOURCE_LABEL: sr}
+        for res in (*OWNED_KINDS.values(), Pod):
+            async for o in self.client.list(res, namespace=self.namespace, labels=selector):
+                await self._delete(res, _dict(o)["metadata"]["name"])
+        self._applied.clear()  # other SpecialResources re-send theirs once: cheap, and never stale
+        problems: list[str] = []
+        prefix = f"{PREFIX}{sr}."
+        async for n in self.client.list(Node):
+            info: NodeInfo = node_from_json(_dict(n))
+            keys = [k for k in info.labels if k.startswith(prefix)]
+            ann = reached_annotation(sr)
+            tainted = any(t.get("key") == not_ready_taint(sr) for t in info.taints)
+            if keys or ann in info.annotations or tainted:
+                ok = await self.patch_node(
+                    sr,
+                    info.name,
+                    NodePatch(
+                        labels={k: None for k in keys},
+                        annotations={ann: None} if ann in info.annotations else {},
+                        taint=False if tainted else None,
+                    ),
+                )
+                if not ok:
+                    problems.append(f"node {info.name}: labels not removed")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            pods = self.client.list(Pod, namespace=self.namespace, labels=selector)
+            left = [str(_dict(p)["metadata"]["name"]) async for p in pods]
+            if not left:
+                break
+            if loop.time() > deadline:
+                problems.append(f"pods still terminating: {', '.join(left)}")
+                break
+            await asyncio.sleep(1)
+        return problems
+
+
+def read_for_status(client: Any, name: str | None = None) -> tuple[list[SpecialResourceInfo], list[NodeInfo]]:
+    """The SpecialResources (one, or all) and every Node, for `sro status` (a sync lightkube Client)."""
+    if name:
+        srs = [sr_from_json(_dict(client.get(SpecialResource, name)))]
+    else:
+        srs = [sr_from_json(_dict(o)) for o in client.list(SpecialResource)]
+    nodes = [node_from_json(_dict(n)) for n in client.list(Node)]
+    return srs, nodes

@@ -1,0 +1,90 @@
+"""`sro operator`: run the special resource operator (in a Deployment, or from a shell for development).
+
+Leader election first (unless disabled), then kopf with our registry; losing the lease stops the
+process (exit 1) so that the Deployment restarts it as a standby and only one replica ever acts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import sys
+
+import click
+
+from sro.api.names import IMAGE, NAMESPACE
+
+log = logging.getLogger("sro.operator")
+LEASE_NAME = "sro-operator"
+
+
+async def _run(namespace: str, image: str, metrics_port: int, health_port: int, elect: bool) -> int:
+    import kopf
+
+    from sro.kube.client import async_client
+    from sro.kube.leases import LeaderElection
+    from sro.kube.specialresources import SpecialResourceIO
+    from sro.operator import metrics
+    from sro.operator.handlers import Operator, build_registry
+
+    client = async_client()
+    if metrics_port:
+        metrics.serve(metrics_port)
+    identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+    election = LeaderElection(client, namespace, LEASE_NAME, identity)
+    if elect:
+        await election.acquire()
+    metrics.LEADER.set(1)
+    op = Operator(SpecialResourceIO(client, namespace, image))
+    stop = asyncio.Event()
+    running = asyncio.create_task(
+        kopf.operator(
+            registry=build_registry(op),
+            standalone=True,
+            clusterwide=True,
+            stop_flag=stop,
+            liveness_endpoint=f"http://0.0.0.0:{health_port}/healthz" if health_port else None,
+        )
+    )
+    tasks: set[asyncio.Task[None]] = {running}
+    keeping = asyncio.create_task(election.keep()) if elect else None
+    if keeping is not None:
+        tasks.add(keeping)
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        if keeping is not None and keeping in done:
+            stop.set()
+            await running
+            return 1
+        return 0
+    finally:
+        if keeping is not None:
+            keeping.cancel()
+        metrics.LEADER.set(0)
+        if elect:
+            await election.release()
+
+
+@click.command("operator")
+@click.option("--namespace", default=lambda: os.environ.get("POD_NAMESPACE", NAMESPACE), show_default=NAMESPACE,
+              help="Where operands, validation pods and the lease live.")  # fmt: skip
+@click.option("--image", default=lambda: os.environ.get("SRO_IMAGE", IMAGE), show_default=IMAGE,
+              help="The image of every state that does not name its own.")  # fmt: skip
+@click.option("--metrics-port", default=8080, show_default=True, help="Prometheus /metrics (0: off).")
+@click.option("--health-port", default=8081, show_default=True, help="kopf's /healthz (0: off).")
+@click.option("--leader-election/--no-leader-election", default=True, show_default=True,
+              help="Wait for the sro-operator Lease before acting (needed with more than one replica).")  # fmt: skip
+def operator(namespace: str, image: str, metrics_port: int, health_port: int, leader_election: bool) -> None:
+    """Run the special resource operator: walk every SpecialResource's states, node by node.
+
+    For each SpecialResource (`kubectl get sr`), on every matching node, in order: driver →
+    driver-validation → runtime → device-plugin → device-plugin-validation → feature-discovery;
+    a state starts on a node only when the previous one is ready there (node label
+    `sro.dev/<sr>.<state>=ready`). `sro install` runs it in the cluster; `sro status` shows the result.
+    """
+    logging.getLogger().setLevel(min(logging.getLogger().level, logging.INFO))
+    logging.getLogger("kopf").setLevel(logging.WARNING)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    sys.exit(asyncio.run(_run(namespace, image, metrics_port, health_port, leader_election)))

@@ -1,0 +1,163 @@
+"""kopf glue: one daemon per SpecialResource runs reconcile passes; events wake it; a finalizer cleans up.
+
+Thin on purpose: a pass is `observe` (sro/kube) → `reconcile` (pure) → `carry_out` (sro/kube). The
+daemon sleeps until the plan's requeue time or until a pod of its SpecialResource, or a node's
+labels or taints, change — so a state that becomes ready on a node is acted on within a second,
+and nothing polls faster than it must. A pass that raises is logged and retried; one broken node
+never stops the others, because each step of a plan is carried out independently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from sro.api.names import GROUP, PLURAL, SPECIALRESOURCE_LABEL, VERSION
+from sro.api.specialresource import READY
+from sro.kube.specialresources import SpecialResourceIO
+from sro.operator import metrics
+from sro.operator.reconcile import Plan, reconcile
+
+log = logging.getLogger("sro.operator")
+FINALIZER = f"{GROUP}/finalizer"
+MIN_PASS_INTERVAL = 0.5  # a burst of events makes one pass, not one each
+
+
+def describe(sr: str, plan: Plan) -> list[str]:
+    """What a plan changes on nodes, in words for the log."""
+    lines = []
+    prefix = f"{GROUP}/{sr}."
+    for node, patch in sorted(plan.node_patches.items()):
+        gained = [k.removeprefix(prefix) for k, v in patch.labels.items() if v == READY]
+        lost = [k.removeprefix(prefix) for k, v in patch.labels.items() if v is None]
+        if gained:
+            lines.append(f"node {node}: ready: {', '.join(gained)}")
+        if lost:
+            row = next((r for r in plan.rows if r.name == node), None)
+            why = f" ({row.failing}: {row.reason} {row.message})" if row and row.failing else ""
+            lines.append(f"node {node}: no longer ready: {', '.join(lost)}{why}")
+        if patch.taint is not None:
+            lines.append(f"node {node}: startup taint {'added' if patch.taint else 'removed'}")
+    return lines
+
+
+class Operator:
+    """The state kopf's handlers share: the API I/O and a wake-up event per SpecialResource."""
+
+    def __init__(self, io: SpecialResourceIO) -> None:
+        self.io = io
+        self.wake: dict[str, asyncio.Event] = {}
+        self._node_seen: dict[str, int] = {}
+
+    def event_for(self, name: str) -> asyncio.Event:
+        return self.wake.setdefault(name, asyncio.Event())
+
+    def poke(self, name: str | None = None) -> None:
+        for sr, ev in self.wake.items():
+            if name is None or sr == name:
+                ev.set()
+
+    async def run_pass(self, name: str) -> float:
+        """One reconcile pass; returns seconds until the next one at the latest."""
+        sr = await self.io.get_sr(name)
+        if sr is None or sr.deleting:
+            return 5.0
+        metrics.RECONCILIATIONS.labels(name).inc()
+        observed = await self.io.observe(sr)
+        plan = reconcile(observed, self.io.namespace)
+        for line in describe(name, plan):
+            log.info("%s: %s", name, line)
+        if not plan.deployable:
+            cond = plan.status["conditions"][-1]
+            if sr.status.get("conditions") != plan.status["conditions"]:
+                log.warning("%s: not deployed: %s: %s", name, cond["reason"], cond["message"])
+        failures = await self.io.carry_out(sr, plan, observed.owned)
+        metrics.record(name, plan.rows, [s for s, mode in plan.status["states"].items() if mode == "enabled"])
+        if failures:
+            metrics.ERRORS.labels(name).inc()
+            return 3.0
+        return plan.requeue
+
+    def node_changed(self, body: Mapping[str, Any], deleted: bool) -> bool:
+        """Only label and taint changes (and nodes coming and going) matter to the reconcile."""
+        name = body.get("metadata", {}).get("name", "")
+        key = hash(
+            (
+                tuple(sorted((body.get("metadata", {}).get("labels") or {}).items())),
+                repr((body.get("spec") or {}).get("taints")),
+                tuple(sorted((body.get("metadata", {}).get("annotations") or {}).items())),
+            )
+        )
+        if deleted:
+            self._node_seen.pop(name, None)
+            return True
+        if self._node_seen.get(name) == key:
+            return False
+        self._node_seen[name] = key
+        return True
+
+
+def build_registry(op: Operator) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.persistence.finalizer = FINALIZER
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
+        settings.posting.level = logging.WARNING
+        settings.watching.server_timeout = 270
+        settings.watching.client_timeout = 300
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        if os.environ.get("KUBECONFIG"):
+            return kopf.login_with_kubeconfig(**kwargs)
+        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+    @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, cancellation_timeout=10)
+    async def walk_states(name: str, stopped: kopf.DaemonStopped, **_: Any) -> None:
+        event = op.event_for(name)
+        log.info("%s: watching", name)
+        while not stopped:
+            try:
+                wait = await op.run_pass(name)
+            except Exception as e:  # a pass must never kill the daemon: log, count, retry
+                log.exception("%s: reconcile pass failed: %s", name, e)
+                metrics.ERRORS.labels(name).inc()
+                wait = 5.0
+            await asyncio.sleep(MIN_PASS_INTERVAL)
+            event.clear()
+            waiters: set[asyncio.Future[Any]] = {
+                asyncio.ensure_future(event.wait()),
+                asyncio.ensure_future(stopped.wait()),
+            }
+            _done, pending = await asyncio.wait(waiters, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+            for w in pending:
+                w.cancel()
+        op.wake.pop(name, None)
+
+    @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry)
+    async def remove(name: str, **_: Any) -> None:
+        log.info("%s: deleted; removing its DaemonSets, pods, node labels and taints", name)
+        problems = await op.io.remove_all(name)
+        if problems:
+            raise kopf.TemporaryError(f"cleanup not finished: {'; '.join(problems)}", delay=5)
+        metrics.forget(name)
+        log.info("%s: everything it created is gone", name)
+
+    @kopf.on.event("", "v1", "pods", labels={SPECIALRESOURCE_LABEL: kopf.PRESENT}, registry=registry)
+    def pod_changed(labels: Mapping[str, str], **_: Any) -> None:
+        op.poke(labels.get(SPECIALRESOURCE_LABEL))
+
+    @kopf.on.event("", "v1", "nodes", registry=registry)
+    def node_changed(body: Mapping[str, Any], type: str | None, **_: Any) -> None:
+        if op.node_changed(body, deleted=type == "DELETED"):
+            op.poke()
+
+    return registry

@@ -1,0 +1,123 @@
+"""`sro status [NAME]`: every SpecialResource, then where each node stands, as tables.
+
+The node table is read from the node labels (`sro.dev/<sr>.<state>=ready`), the same source the
+DaemonSets gate on, so it shows what the scheduler sees; the failing state's reason and log come
+from the SpecialResource's status rows.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from sro.api.specialresource import READY, STATE_NAMES, state_label, validated_label
+from sro.operator.observed import NodeInfo, SpecialResourceInfo
+
+SHORT = {
+    "driver": "driver",
+    "driver-validation": "drv-valid",
+    "runtime": "runtime",
+    "device-plugin": "plugin",
+    "device-plugin-validation": "plugin-valid",
+    "monitoring": "monitoring",
+    "feature-discovery": "discovery",
+}
+
+
+def _condition(sr: SpecialResourceInfo, ctype: str) -> Mapping[str, Any]:
+    return next((c for c in sr.status.get("conditions") or () if c.get("type") == ctype), {})
+
+
+def summary_rows(srs: Sequence[SpecialResourceInfo]) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
+    for sr in srs:
+        degraded = _condition(sr, "Degraded")
+        problem = degraded.get("message", "") if degraded.get("status") == "True" else ""
+        rows.append(
+            (
+                sr.name,
+                str(sr.spec.get("recipe", "")),
+                str(sr.status.get("resource", "")),
+                str(sr.status.get("ready", "Unknown")),
+                str(sr.status.get("nodeCount", 0)),
+                str(sr.status.get("validatedCount", 0)),
+                problem or str(_condition(sr, "Progressing").get("message", "")),
+            )
+        )
+    return rows
+
+
+def node_rows(sr: SpecialResourceInfo, nodes: Sequence[NodeInfo]) -> list[tuple[str, ...]]:
+    """One row per node the SpecialResource's status lists: a cell per state, then the detail."""
+    modes: Mapping[str, str] = sr.status.get("states") or {}
+    details = {r.get("name"): r for r in sr.status.get("nodes") or ()}
+    by_name = {n.name: n for n in nodes}
+    rows: list[tuple[str, ...]] = []
+    for name in sorted(details):
+        node = by_name.get(name)
+        labels = node.labels if node else {}
+        cells = []
+        for state in STATE_NAMES:
+            mode = modes.get(state, "enabled")
+            if mode != "enabled":
+                cells.append("-" if mode == "disabled" else "n/a")
+            else:
+                cells.append("ready" if labels.get(state_label(sr.name, state)) == READY else "")
+        row = details[name]
+        if labels.get(validated_label(sr.name)) == "true":
+            detail = f"validated since {row.get('since', '')}"
+        else:
+            detail = f"{row.get('failing', '')}: {row.get('reason', '')} {row.get('message', '')}".strip(": ")
+        rows.append((name, *cells, detail))
+    return rows
+
+
+@click.command("status")
+@click.argument("name", required=False)
+@click.option("--kubeconfig", default=None, help="Default: $KUBECONFIG, in-cluster, ~/.kube/config.")
+@click.option("--logs/--no-logs", default=True, show_default=True, help="Show failing pods' log tails.")
+def status(name: str | None, kubeconfig: str | None, logs: bool) -> None:
+    """SpecialResources and, for each, every matching node's state as a table.
+
+    States in order: driver, driver-validation, runtime, device-plugin, device-plugin-validation,
+    monitoring, feature-discovery. "ready" means the node carries sro.dev/<sr>.<state>=ready;
+    "-" a disabled state; "n/a" one this version does not deploy. Exit status 0 when every
+    SpecialResource shown is Ready, 3 otherwise.
+    """
+    from lightkube import ApiError
+
+    from sro.kube.client import sync_client
+    from sro.kube.specialresources import read_for_status
+
+    try:
+        srs, nodes = read_for_status(sync_client(kubeconfig), name)
+    except ApiError as e:
+        raise click.ClickException(f"{e.status.message} (is sro installed? `sro install`)") from e
+    console = Console()
+    if not srs:
+        click.echo("No SpecialResources. Apply one (see examples/) after `sro install`.")
+        sys.exit(3)
+    table = Table(title="SpecialResources")
+    for col in ("name", "recipe", "resource", "ready", "nodes", "validated", "detail"):
+        table.add_column(col)
+    for row in summary_rows(srs):
+        table.add_row(*row)
+    console.print(table)
+    for sr in srs:
+        t = Table(title=f"{sr.name}: nodes")
+        for col in ("node", *(SHORT[s] for s in STATE_NAMES), "detail"):
+            t.add_column(col)
+        for row in node_rows(sr, nodes):
+            t.add_row(*row)
+        console.print(t)
+        if logs:
+            for row in sr.status.get("nodes") or ():
+                if row.get("log"):
+                    console.print(f"[bold]{row['name']}[/bold] {row.get('failing')} log tail:")
+                    console.print(row["log"].rstrip(), markup=False, highlight=False)
+    sys.exit(0 if all(sr.status.get("ready") == "True" for sr in srs) else 3)

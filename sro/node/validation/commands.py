@@ -1,0 +1,117 @@
+"""`sro validate driver|workload`: the checks of the operator's validation pods, runnable anywhere.
+
+Thin: options in, `driver.validate` / `workload.validate` called, the report printed. Exit 0 when
+every check passed, 1 otherwise with the reason as the first line of stderr; `--termination-log`
+also writes the verdict where Kubernetes reads a container's termination message.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+import yaml
+
+from sro.api.recipes import BUILTIN, Recipe, RecipeError, recipe_from_dict
+from sro.host.root import HostRoot
+from sro.node.validation.report import Report
+
+_recipe_option = click.option(
+    "--recipe", "recipe_name", type=click.Choice(sorted(BUILTIN)), default="nvidia-gpu", show_default=True
+)
+_recipe_file_option = click.option(
+    "--recipe-file", type=click.Path(path_type=Path, dir_okay=False), help="A custom recipe (YAML)."
+)
+_dev_root_option = click.option(
+    "--dev-root",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("/dev"),
+    show_default=True,
+    help="Where the device nodes are (the node's /dev, or where a pod mounts it).",
+)
+_termination_log_option = click.option(
+    "--termination-log",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Also write the verdict here (a pod's /dev/termination-log).",
+)
+
+
+def _recipe(name: str, path: Path | None) -> Recipe:
+    if path is None:
+        return BUILTIN[name]
+    try:
+        return recipe_from_dict(yaml.safe_load(path.read_text()))
+    except (OSError, yaml.YAMLError, RecipeError) as e:
+        raise click.ClickException(f"{path}: {e}") from e
+
+
+def _finish(report: Report, termination_log: Path | None) -> None:
+    for line in report.stdout_lines():
+        click.echo(line)
+    sys.stdout.flush()
+    for line in report.stderr_lines():
+        click.echo(line, err=True)
+    if termination_log is not None:
+        try:
+            termination_log.write_text(report.verdict[:4000] + "\n")
+        except OSError as e:
+            click.echo(f"cannot write the termination log {termination_log}: {e}", err=True)
+    sys.exit(report.exit_code)
+
+
+@click.group("validate")
+def validate() -> None:
+    """Prove a state on this node: the driver works, a workload gets exactly its device."""
+
+
+@validate.command("driver")
+@_recipe_option
+@_recipe_file_option
+@click.option(
+    "--driver-root",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Where the driver's files are seen from here (default: the recipe's driver root).",
+)
+@_dev_root_option
+@_termination_log_option
+def driver_command(
+    recipe_name: str,
+    recipe_file: Path | None,
+    driver_root: Path | None,
+    dev_root: Path,
+    termination_log: Path | None,
+) -> None:
+    """The backend's inventory and the recipe's tool list the same devices; their nodes exist."""
+    from sro.node.validation import driver
+
+    recipe = _recipe(recipe_name, recipe_file)
+    root = driver_root if driver_root is not None else Path(recipe.driver_root)
+    report = driver.validate(recipe, root, HostRoot.at("/").with_tree(dev=dev_root))
+    _finish(report, termination_log)
+
+
+@validate.command("workload")
+@_recipe_option
+@_recipe_file_option
+@click.option(
+    "--cuda-sample",
+    metavar="CMD",
+    help="nvidia-gpu: a CUDA program to run (default: vectorAdd when on PATH; `none` to skip).",
+)
+@_dev_root_option
+@_termination_log_option
+def workload_command(
+    recipe_name: str,
+    recipe_file: Path | None,
+    cuda_sample: str | None,
+    dev_root: Path,
+    termination_log: Path | None,
+) -> None:
+    """Inside a container granted one device: exactly that device, its libraries and tool work."""
+    from sro.node.validation import workload
+
+    recipe = _recipe(recipe_name, recipe_file)
+    report = workload.validate(recipe, os.environ, HostRoot.at("/").with_tree(dev=dev_root), cuda_sample)
+    _finish(report, termination_log)

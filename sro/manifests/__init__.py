@@ -31,11 +31,14 @@ def templates(component: str) -> dict[str, str]:
     return {f.name: f.read_text() for f in files}
 
 
-def render_text(component: str, overrides: Mapping[str, str] | None = None, **values: Any) -> str:
-    """The component's manifests as one multi-document YAML string.
+def render_text(component: str, **values: Any) -> str:
+    """The component's manifests as one multi-document YAML string."""
+    return render_text_with(component, None, values)
 
-    `overrides` (file name -> template) replace the file of the same name or add new ones, in
-    file-name order: an admin's custom manifests for a state go through the same renderer.
+
+def render_text_with(component: str, overrides: Mapping[str, str] | None, values: Mapping[str, Any]) -> str:
+    """`render_text`, where `overrides` (file name -> template) replace the file of the same name or
+    add new ones, in file-name order: an admin's custom manifests for a state use the same renderer.
     """
     merged = {**templates(component), **(overrides or {})}
     docs = []
@@ -49,7 +52,7 @@ def render_text(component: str, overrides: Mapping[str, str] | None = None, **va
 
 
 def render(component: str, overrides: Mapping[str, str] | None = None, **values: Any) -> list[dict[str, Any]]:
-    text = render_text(component, overrides, **values)
+    text = render_text_with(component, overrides, values)
     try:
         return [d for d in yaml.safe_load_all(text) if d]
     except yaml.YAMLError as e:

@@ -64,8 +64,12 @@ def ready_pod(state: str, on: str, uid: str = "") -> PodInfo:
     )
 
 
-def observed(nodes: list[NodeInfo], pods: list[PodInfo] | None = None, the_sr: SpecialResourceInfo | None = None,
-             **kw: Any) -> Observed:  # fmt: skip
+def observed(
+    nodes: list[NodeInfo],
+    pods: list[PodInfo] | None = None,
+    the_sr: SpecialResourceInfo | None = None,
+    **kw: Any,
+) -> Observed:
     return Observed(sr=the_sr or sr(), nodes=tuple(nodes), pods=tuple(pods or ()), image=IMAGE, **kw)
 
 
@@ -265,8 +269,15 @@ def test_failed_validation_is_shown_with_its_log_and_retried_after_a_pause() -> 
     pods = [ready_pod(DRIVER, "a"), ready_pod(DRIVER, "b")]
     obs = observed([a, b], pods)
     log = "simgpu-smi lists 7 devices, the driver has 8\nvalidation failed\n"
-    bad = validation_pod(obs, DRIVER_VALIDATION, "a", phase="Failed", reason="Error", log=log,
-                         finished_at=NOW - timedelta(seconds=5))  # fmt: skip
+    bad = validation_pod(
+        obs,
+        DRIVER_VALIDATION,
+        "a",
+        phase="Failed",
+        reason="Error",
+        log=log,
+        finished_at=NOW - timedelta(seconds=5),
+    )
     good = validation_pod(obs, DRIVER_VALIDATION, "b")
     plan = reconcile(observed([a, b], [*pods, bad, good]), NS, NOW)
     rows = {r.name: r for r in plan.rows}
@@ -286,8 +297,17 @@ def test_failed_validation_is_shown_with_its_log_and_retried_after_a_pause() -> 
 
 def test_crash_looping_driver_fails_only_its_node() -> None:
     a, b = node("a"), node("b")
-    crash = PodInfo("driver-a", "a", DRIVER, uid="x", phase="Running", reason="CrashLoopBackOff",
-                    message="back-off 40s restarting failed container", restarts=4, log="modprobe: FATAL\n")  # fmt: skip
+    crash = PodInfo(
+        "driver-a",
+        "a",
+        DRIVER,
+        uid="x",
+        phase="Running",
+        reason="CrashLoopBackOff",
+        message="back-off 40s restarting failed container",
+        restarts=4,
+        log="modprobe: FATAL\n",
+    )
     plan = reconcile(observed([a, b], [crash, ready_pod(DRIVER, "b")]), NS, NOW)
     rows = {r.name: r for r in plan.rows}
     assert (
@@ -314,8 +334,10 @@ def test_startup_taint_until_validated() -> None:
     plan = reconcile(observed([a], the_sr=sr(spec)), NS, NOW)
     assert plan.node_patches["a"].taint is True
     tainted = replace(a, taints=({"key": not_ready_taint(SR), "effect": "NoSchedule"},))
-    assert "a" not in reconcile(observed([tainted], the_sr=sr(spec)), NS, NOW).node_patches or \
-        reconcile(observed([tainted], the_sr=sr(spec)), NS, NOW).node_patches["a"].taint is None  # fmt: skip
+    assert (
+        "a" not in reconcile(observed([tainted], the_sr=sr(spec)), NS, NOW).node_patches
+        or reconcile(observed([tainted], the_sr=sr(spec)), NS, NOW).node_patches["a"].taint is None
+    )
     # operands tolerate it
     for obj in plan.apply:
         if obj["kind"] == "DaemonSet":
@@ -386,7 +408,7 @@ def test_state_overrides_reach_the_container() -> None:
             "args": ["--extra"],
             "env": [{"name": "X", "value": "1"}],
             "resources": {"limits": {"memory": "99Mi"}},
-        },  # fmt: skip
+        },
     }
     ds = daemonsets(reconcile(observed([node("a")], the_sr=sr(spec)), NS, NOW))[f"sro-{SR}-device-plugin"]
     pod = ds["spec"]["template"]["spec"]
@@ -410,7 +432,7 @@ def test_state_overrides_reach_the_container() -> None:
             SR,
             "SpecInvalid",
             "spec.driver.imageTemplate: unknown variable(s) {kernal}",
-        ),  # fmt: skip
+        ),
         (
             {"recipe": "simulated-gpu"},
             "a-very-long-special-resource-name-for-labels",

@@ -32,7 +32,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "sro.operator.command:operator",
         "Run the special resource operator (what `sro install` deploys).",
     ),
-    "status": ("sro.operator.status_command:status", "SpecialResources and where each node stands, as tables."),
+    "status": (
+        "sro.operator.status_command:status",
+        "SpecialResources and where each node stands, as tables.",
+    ),
     "discover": (
         "sro.node.discovery.command:discover_command",
         "Node features as NFD labels; --publish labels the Node.",
@@ -56,7 +59,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "runtime": (
         "sro.node.runtime.commands:runtime",
-        "runc wrapper for a containerd runtime handler; write-launcher.",
+        "runc wrapper for a containerd runtime handler; install/uninstall the node's runtime files.",
     ),
     "validate": (
         "sro.node.validation.commands:validate",

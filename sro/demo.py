@@ -1,9 +1,10 @@
 """`sro demo`: the whole node-side story on the embedded local cluster, in one command.
 
 Stages: the local cluster (Kubernetes built once per machine) → the sro image → the simulated GPU
-driver on the node → feature discovery (NFD-compatible labels, published on the Node) → the device
-plugin (simulated GPUs become `sro.dev/simulated-gpu` capacity) → a workload pod that asks for two
-GPUs and gets them through the kubelet and the `sro` runtime handler. Each stage prints what it does
+driver and sro's runtime files (the `sro` handler's launcher and hook, `sro runtime install`) on the
+node → feature discovery (NFD-compatible labels, published on the Node) → the device plugin
+(simulated GPUs become `sro.dev/simulated-gpu` capacity) → a workload pod that asks for two GPUs and
+gets them through the kubelet and the `sro` runtime handler. Each stage prints what it does
 and its time; a failure names the stage and shows the relevant log. The GPUs are simulated (no
 hardware here) and say so in every label, resource and file.
 """
@@ -23,7 +24,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from sro.api.names import NAMESPACE, NFD_PREFIX
+from sro.api.names import NAMESPACE, NFD_PREFIX, RUNTIME_ROOT
 from sro.api.recipes import SIMULATED_GPU
 from sro.local.cluster import ClusterError, LocalCluster
 from sro.local.commands import steps
@@ -89,6 +90,15 @@ def simulated_driver(example: str = "8gpu-nvlink.yaml") -> None:
         raise ClusterError(f"sro driver simulate failed: {out.stderr.strip() or out.stdout.strip()}")
 
 
+def runtime_files() -> None:
+    """Install the files containerd's `sro` runtime handler runs: its launcher and the hook zipapp for
+    the host's python3, as the runtime state's DaemonSet does on a node (same command)."""
+    argv = [sys.executable, "-m", "sro", "runtime", "install", "--root", RUNTIME_ROOT]
+    out = subprocess.run([*argv, "--recipe", SIMULATED_GPU.name], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise ClusterError(f"sro runtime install failed: {out.stderr.strip() or out.stdout.strip()}")
+
+
 def workload_pod() -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -123,8 +133,12 @@ def run(cluster: LocalCluster, progress: Progress) -> tuple[dict[str, Any], str]
     from sro.local.images import ensure_sro_image
 
     image = ensure_sro_image(cluster, progress)
-    progress("Stage 3/6: the simulated GPU driver on the node (8 GPUs, 2 NVLink islands, 2 NUMA nodes)")
+    progress(
+        "Stage 3/6: the simulated GPU driver (8 GPUs, 2 NVLink islands, 2 NUMA nodes) and the runtime "
+        f"files of the `{RUNTIME_HANDLER}` handler on the node"
+    )
     simulated_driver()
+    runtime_files()
     progress("Stage 4/6: feature discovery (DaemonSet sro-discovery, publishing labels on the Node)")
     _apply(cluster, "discovery", image=image, sleep_interval="5s")
     gpu_label = f"{SIMULATED_GPU.label_prefix}count"
@@ -198,6 +212,8 @@ def cleanup(cluster: LocalCluster) -> None:
         )
     subprocess.run([sys.executable, "-m", "sro", "discover", "--cleanup", "--node-name", cluster.node_name,
                     "--kubeconfig", str(cluster.kubeconfig)], capture_output=True, check=False)  # fmt: skip
+    uninstall = ["runtime", "uninstall", "--root", RUNTIME_ROOT, "--recipe", SIMULATED_GPU.name]
+    subprocess.run([sys.executable, "-m", "sro", *uninstall], capture_output=True, check=False)
     subprocess.run(
         [sys.executable, "-m", "sro", "driver", "simulate", "--remove"], capture_output=True, check=False
     )
@@ -221,7 +237,7 @@ def demo(keep: bool) -> None:
     show(cluster, node, output)
     if not keep:
         cleanup(cluster)
-        print("Removed the demo's objects, labels and the simulated driver.", file=sys.stderr)
+        print("Removed the demo's objects, labels, runtime files and the simulated driver.", file=sys.stderr)
     else:
         print(
             f'Next: eval "$(sro local env)"; kubectl -n {NAMESPACE} get pods; kubectl describe node {cluster.node_name}\n'

@@ -11,7 +11,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -120,11 +119,7 @@ class LocalCluster:
         return out
 
     def _components(self, bindir: Path) -> tuple[Component, ...]:
-        return components(self.layout, self.node, bindir, self.runtime_launcher)
-
-    @property
-    def runtime_launcher(self) -> Path:
-        return self.layout.bin / "sro-runtime"
+        return components(self.layout, self.node, bindir)
 
     # ---- status ------------------------------------------------------------------------------
     def status(self) -> list[tuple[str, str, str]]:
@@ -222,7 +217,6 @@ class LocalCluster:
         self.layout.admin_kubeconfig.write_text(admin_kubeconfig(self.layout))
         self.layout.admin_kubeconfig.chmod(0o600)
         _enable_forwarding()
-        self._write_runtime_launcher()  # every time: it names this installation's Python
         started: list[str] = []
         try:
             for comp in self._components(self.layout.bin):
@@ -284,17 +278,6 @@ class LocalCluster:
                 continue
             link.unlink(missing_ok=True)
             link.symlink_to(binary)
-
-    def _write_runtime_launcher(self) -> None:
-        """containerd's runtime handler `sro` execs this launcher; `sro runtime` writes it (runc for
-        everything but `create`, which goes through the wrapper with an explicit environment)."""
-        out = subprocess.run(
-            [sys.executable, "-m", "sro", "runtime", "write-launcher", str(self.runtime_launcher)],
-            capture_output=True,
-            text=True,
-        )
-        if out.returncode != 0:
-            raise ClusterError(f"could not write the runtime launcher: {out.stderr.strip()}")
 
     def _apply_cluster_objects(self) -> None:
         runtime_class = (

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from sro.api.names import RUNTIME_LAUNCHER
 from sro.local.layout import (
     CLUSTER_DOMAIN,
     PAUSE_IMAGE,
@@ -84,7 +85,7 @@ def kubeconfig(server: str, pki: Path, cert: str, user: str) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
-def containerd_config(layout: Layout, runtime_launcher: Path) -> str:
+def containerd_config(layout: Layout) -> str:
     # TOML written by hand: the structure is fixed and small, and it avoids a TOML dependency.
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     return f"""version = 2
@@ -109,12 +110,13 @@ state = "{layout.containerd_state}"
   [{cri}.containerd.runtimes.runc.options]
     SystemdCgroup = false
 
-# `sro runtime`: the runc wrapper that injects devices into containers that ask for them.
+# `sro runtime`: the runc wrapper that injects devices into containers that ask for them. Its launcher
+# is not ours to write: `sro runtime install` puts it there (the runtime state's DaemonSet, or a test).
 [{cri}.containerd.runtimes.{RUNTIME_HANDLER}]
   runtime_type = "io.containerd.runc.v2"
   [{cri}.containerd.runtimes.{RUNTIME_HANDLER}.options]
     SystemdCgroup = false
-    BinaryName = "{runtime_launcher}"
+    BinaryName = "{RUNTIME_LAUNCHER}"
 
 [{cri}.cni]
   bin_dir = "/usr/lib/cni"
@@ -147,9 +149,7 @@ def cni_conflist() -> str:
     )
 
 
-def components(
-    layout: Layout, node: NodeFacts, bindir: Path, runtime_launcher: Path
-) -> tuple[Component, ...]:
+def components(layout: Layout, node: NodeFacts, bindir: Path) -> tuple[Component, ...]:
     """Every daemon, in start order (each depends only on those before it)."""
     pki, p, cfg = layout.pki, layout.ports, layout.config
     api = f"https://127.0.0.1:{p.apiserver}"
@@ -183,7 +183,7 @@ def components(
         ("/usr/bin/containerd", f"--config={cfg / 'containerd.toml'}"),
         Health(socket=layout.containerd_socket),
         files={
-            cfg / "containerd.toml": containerd_config(layout, runtime_launcher),
+            cfg / "containerd.toml": containerd_config(layout),
             layout.cni_conf_dir / "10-sro.conflist": cni_conflist(),
         },
     )

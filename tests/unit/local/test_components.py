@@ -6,6 +6,7 @@ from pathlib import Path
 
 import yaml
 
+from sro.api.names import RUNTIME_LAUNCHER
 from sro.local.components import ADMISSION_PLUGINS, NodeFacts, cni_conflist, components, containerd_config
 from sro.local.layout import PAUSE_IMAGE, RUNTIME_HANDLER, Layout
 
@@ -14,7 +15,7 @@ NODE = NodeFacts("node-a", "10.1.2.3")
 
 def _by_name(tmp_path: Path) -> dict[str, object]:
     layout = Layout(state=tmp_path / "state")
-    return {c.name: c for c in components(layout, NODE, Path("/bin-dir"), tmp_path / "launcher")}
+    return {c.name: c for c in components(layout, NODE, Path("/bin-dir"))}
 
 
 def _flag(argv: tuple[str, ...], name: str) -> str:
@@ -67,11 +68,15 @@ def test_kubelet_config_is_valid_yaml_with_cgroupfs_and_no_anonymous_auth(tmp_pa
 
 
 def test_containerd_config_names_pause_image_and_sro_runtime_handler(tmp_path: Path) -> None:
-    text = containerd_config(Layout(state=tmp_path), tmp_path / "sro-runtime")
+    text = containerd_config(Layout(state=tmp_path))
     assert f'sandbox_image = "{PAUSE_IMAGE}"' in text
     assert "restrict_oom_score_adj = true" in text
     assert f"containerd.runtimes.{RUNTIME_HANDLER}]" in text
-    assert f'BinaryName = "{tmp_path / "sro-runtime"}"' in text
+    # the launcher `sro runtime install` writes (the runtime state's, on a real node), not one of ours
+    assert (
+        f'BinaryName = "{RUNTIME_LAUNCHER}"' in text
+        and RUNTIME_LAUNCHER == "/var/lib/sro/runtime/sro-runtime"
+    )
 
 
 def test_cni_conflist_uses_own_bridge_and_pod_cidr() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -252,3 +254,18 @@ def test_installed_driver_cli(installed: simulated_driver.Installed, tmp_path: P
     assert result.exit_code == 0, result.output
     assert result.stderr == ""
     assert result.stdout.splitlines()[-1].startswith("driver validation passed (4 checks)")
+
+
+@pytest.mark.gpu
+def test_nvidia_driver_on_a_gpu_machine() -> None:
+    """On a machine with an NVIDIA GPU and driver: NVML and nvidia-smi agree, /dev/nvidiaN exist."""
+    res = subprocess.run(
+        [sys.executable, "-m", "sro", "validate", "driver", "--recipe", "nvidia-gpu"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "PASS inventory: nvml backend:" in res.stdout
+    assert "PASS tool vs inventory: same" in res.stdout
+    assert res.stdout.splitlines()[-1].startswith("driver validation passed (4 checks)")

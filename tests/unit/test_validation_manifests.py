@@ -8,7 +8,7 @@ import pytest
 
 from sro.manifests import render
 
-VALUES = dict(
+VALUES: dict[str, Any] = dict(
     name="sro-validate-x",
     namespace="sro-system",
     node="vm",
@@ -122,6 +122,6 @@ def test_missing_or_bad_values_are_errors() -> None:
         render("validation", **VALUES)
     with pytest.raises(ValueError, match="check_must_be_driver_or_workload"):
         render("validation", **VALUES, check="runtime")
-    values = {k: v for k, v in VALUES.items() if k != "sr"}
+    values: dict[str, Any] = {k: v for k, v in VALUES.items() if k != "sr"}
     with pytest.raises(ValueError, match="'sr' is undefined"):
         render("validation", **values, check="driver")

@@ -1,0 +1,109 @@
+"""`sro validate workload` inside a real runc container that the OCI hook gave one simulated device.
+
+The bundle's rootfs is the busybox one plus read-only binds of this machine's /usr, its multiarch
+library folder, the Python installation and this checkout, so the container can run
+`python -m sro validate workload`. Like containerd's default, the device cgroup allows mknod of any
+node (not opening it) and the process keeps CAP_MKNOD, so the check's probe node shows that the
+cgroup refuses a device nobody granted. With the hook: every check passes; asked for two devices it
+fails with the reason first on stderr; without the hook nothing was injected and it says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sro.api.recipes import SIMULATED_DEVICE_LIST
+from tests.root.conftest import PYTHON, Bundle, Driver, hook_entry
+
+pytestmark = pytest.mark.root
+
+REPO = Path(__file__).resolve().parents[2]
+MULTIARCH = "/usr/lib/x86_64-linux-gnu"
+COMMAND = f"PYTHONDONTWRITEBYTECODE=1 {PYTHON} -m sro validate workload --recipe simulated-gpu"
+
+
+def _bind(source: str) -> dict[str, Any]:
+    return {"destination": source, "source": source, "type": "bind", "options": ["rbind", "ro"]}
+
+
+@pytest.fixture
+def python_bundle(bundle: Bundle) -> Bundle:
+    if not os.path.isdir(MULTIARCH):
+        pytest.skip(f"expects a Debian-style multiarch {MULTIARCH}")
+    (bundle.rootfs / "lib64").symlink_to("usr/lib64")
+    mounts = bundle.spec["mounts"]
+    mounts.append(_bind("/usr"))
+    mounts.append({**_bind(MULTIARCH), "destination": "/lib/x86_64-linux-gnu"})
+    for path in {str(Path(sys.base_prefix).resolve()), str(REPO)}:
+        if not path.startswith("/usr/"):
+            mounts.append(_bind(path))
+    process = bundle.spec["process"]
+    for kind in ("bounding", "effective", "permitted"):
+        process["capabilities"][kind] = [*process["capabilities"].get(kind, []), "CAP_MKNOD"]
+    bundle.spec["linux"]["resources"]["devices"].append({"allow": True, "type": "c", "access": "m"})
+    return bundle
+
+
+def _uuids(driver: Driver) -> list[str]:
+    doc = json.loads((driver.driver_root / SIMULATED_DEVICE_LIST).read_text())
+    return [d["uuid"] for d in doc["devices"]]
+
+
+def test_one_granted_device_passes(python_bundle: Bundle, driver: Driver) -> None:
+    python_bundle.add_hook("prestart", hook_entry(driver))
+    uuid = _uuids(driver)[1]
+    res = python_bundle.run(COMMAND, env=[f"SRO_VISIBLE_DEVICES={uuid}"], timeout=120)
+    out = res.stdout
+    assert res.returncode == 0, out + res.stderr
+    assert res.stderr == ""
+    assert f"PASS visible devices: SRO_VISIBLE_DEVICES names one device: {uuid}" in out
+    assert "PASS tool: `/bin/simgpu-smi -L` lists the device: GPU 1" in out
+    assert "PASS device nodes: only /dev/sro-simgpu1 is usable" in out
+    assert "/dev/sro-simgpu1: usable (ENXIO: allowed, no kernel driver behind it)" in out
+    assert "PASS device cgroup: a device nobody granted (c " in out
+    assert "libsimgpu.so.1 -> /lib/libsimgpu.so.1: loads" in out
+    assert "libsimgpu-ml.so.1 -> /lib/libsimgpu-ml.so.1: loads" in out
+    assert "SKIP cuda sample" in out
+    assert out.splitlines()[-1].startswith("workload validation passed (5 checks)")
+
+
+def test_two_devices_fail_with_the_reason_first(python_bundle: Bundle, driver: Driver) -> None:
+    python_bundle.add_hook("prestart", hook_entry(driver))
+    res = python_bundle.run(COMMAND, env=["SRO_VISIBLE_DEVICES=0,1"], timeout=120)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert res.stderr.splitlines()[0].startswith(
+        "visible devices: SRO_VISIBLE_DEVICES=0,1 names 2 devices, expected exactly one"
+    )
+    assert "2 device nodes are usable (/dev/sro-simgpu0, /dev/sro-simgpu1)" in res.stderr
+    assert res.stdout.splitlines()[-1].startswith("workload validation FAILED (3 of 5 checks)")
+
+
+def test_without_the_hook_nothing_is_there(python_bundle: Bundle, driver: Driver) -> None:
+    res = python_bundle.run(COMMAND, env=["SRO_VISIBLE_DEVICES=0"], timeout=120)
+    assert res.returncode == 1, res.stdout + res.stderr
+    reasons = res.stderr
+    assert "tool: simgpu-smi is not on PATH" in reasons
+    assert "device nodes: the granted device's node /dev/sro-simgpu0 is absent" in reasons
+    assert (
+        "libraries: no library of the 'utility' group (libsimgpu-ml.so.*) is in the linker cache" in reasons
+    )
+
+
+@pytest.mark.gpu
+def test_nvidia_gpu_workload(python_bundle: Bundle) -> None:
+    """The same container on a real NVIDIA GPU (driver root `/`): GPU 0's node opens, nvidia-smi lists
+    it, libcuda and NVML load, and vectorAdd runs when it is on PATH."""
+    from sro.node.runtime.specedits import HookCommand
+
+    python_bundle.add_hook("prestart", HookCommand(PYTHON, ("--recipe", "nvidia-gpu")).entry("prestart"))
+    command = COMMAND.replace("simulated-gpu", "nvidia-gpu")
+    res = python_bundle.run(command, env=["NVIDIA_VISIBLE_DEVICES=0"], timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "PASS device nodes: only /dev/nvidia" in res.stdout and "(opened)" in res.stdout
+    assert "libcuda.so.1" in res.stdout and "libnvidia-ml.so.1" in res.stdout

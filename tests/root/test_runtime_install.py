@@ -1,0 +1,85 @@
+"""What `sro runtime install` writes, run for real: the launcher with runc, the hooks.d entry with
+podman, both starting the host's /usr/bin/python3 on the zipapp (no venv, no checkout on sys.path)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sro.node.runtime import bundling, installing
+from tests.root.conftest import RUNC, Bundle, Driver, leftover_processes, make_rootfs, podman_run
+
+pytestmark = pytest.mark.root
+
+HOST_PYTHON = "/usr/bin/python3"
+CHECK = "ls /dev | grep sro- | tr '\\n' ' '; cat /dev/sro-simgpu0 2>&1; ldconfig -p | grep -c simgpu"
+
+
+def _install(root: Path, driver: Driver, mode: str = "hook") -> installing.Manifest:
+    settings = installing.Settings(
+        host_dir=str(root), python=HOST_PYTHON, runc=RUNC, mode=mode, dev_root=str(driver.dev_root)
+    )
+    return installing.install(str(root), {"simulated-gpu": str(driver.driver_root)}, settings)
+
+
+@pytest.mark.parametrize("mode", ["hook", "cdi"])
+def test_installed_launcher_injects_with_runc(
+    tmp_path: Path, bundle: Bundle, driver: Driver, mode: str
+) -> None:
+    if not Path(HOST_PYTHON).exists():
+        pytest.skip(f"no {HOST_PYTHON} on this machine")
+    root = tmp_path / "runtime"
+    manifest = _install(root, driver, mode)
+    assert "cdi/sro.dev-simulated-gpu.json" in manifest.files  # the driver has devices: a CDI spec too
+    launcher = root / "sro-runtime"
+    bundle.spec["process"]["args"] = ["sh", "-c", CHECK]
+    bundle.spec["process"]["env"] = ["PATH=/bin:/sbin", "SRO_VISIBLE_DEVICES=0"]
+    bundle.write()
+    cid = f"inst-{mode}"
+    try:
+        res = subprocess.run(
+            [str(launcher), "--root", str(bundle.state_root), "run", "--bundle", str(bundle.path), cid],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+        )
+    finally:
+        subprocess.run(
+            [str(launcher), "--root", str(bundle.state_root), "delete", "-f", cid], capture_output=True
+        )
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert "sro-simgpu0 sro-simgpuctl" in out and "No such device or address" in out, out
+    assert out.strip().endswith("2"), out  # the ldcache hook ran: both libraries in the container's cache
+    spec = json.loads((bundle.path / "config.json").read_text())
+    archive = str(root / bundling.ARCHIVE_NAME)
+    entries = [e for stage in spec.get("hooks", {}).values() for e in stage]
+    assert entries, spec.get("hooks")
+    for e in entries:  # the hooks the wrapper wrote run the host's python on the zipapp
+        assert e["path"] == HOST_PYTHON and e["args"][:3] == [HOST_PYTHON, "-I", "-S"]
+        assert f"sys.path.insert(0,{archive!r})" in e["args"][4]
+    assert leftover_processes(str(bundle.path)) == []
+    installing.uninstall(str(root))
+    assert not any(root.iterdir())
+
+
+@pytest.mark.skipif(shutil.which("podman") is None, reason="podman not installed")
+def test_installed_hooks_d_entry_injects_through_podman(tmp_path: Path, driver: Driver) -> None:
+    if not Path(HOST_PYTHON).exists():
+        pytest.skip(f"no {HOST_PYTHON} on this machine")
+    root = tmp_path / "runtime"
+    _install(root, driver)
+    rootfs = make_rootfs(tmp_path / "rootfs")
+    res = podman_run(
+        rootfs, hooks_dir=root / "hooks.d", env=["SRO_VISIBLE_DEVICES=1"], script=CHECK.replace("0", "1")
+    )
+    out = res.stdout + res.stderr
+    assert res.returncode == 0 and "sro-simgpu1 sro-simgpuctl" in out and "sro-simgpu0" not in out, out
+    res = podman_run(rootfs, hooks_dir=root / "hooks.d", env=["SRO_VISIBLE_DEVICES=9"], script="echo STARTED")
+    assert res.returncode != 0 and "unknown device id '9'" in res.stdout + res.stderr

@@ -70,7 +70,8 @@ def test_driver_root_python_name_and_mode_are_values() -> None:
         c["command"]
     )
     mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
-    assert mounts["/host/run/nvidia/driver"]["mountPropagation"] == "HostToContainer"
+    assert mounts["/host/run/nvidia/driver"]["readOnly"] is True
+    assert not any("mountPropagation" in m for m in mounts.values())  # needs a shared host /: not everywhere
     assert "/host/opt/python/bin" in mounts
 
 

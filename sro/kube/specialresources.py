@@ -25,7 +25,7 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import ConfigMap, Node, Pod, Service
 from lightkube.types import PatchType
 
-from sro.api.names import FIELD_MANAGER, GROUP, KIND, PLURAL, PREFIX, SPECIALRESOURCE_LABEL, VERSION
+from sro.api.names import FIELD_MANAGER, GROUP, KIND, PLURAL, SPECIALRESOURCE_LABEL, VERSION
 from sro.api.specialresource import not_ready_taint, reached_annotation
 from sro.operator.observed import (
     NodeInfo,
@@ -36,7 +36,7 @@ from sro.operator.observed import (
     pod_from_json,
     sr_from_json,
 )
-from sro.operator.reconcile import NodePatch, Plan
+from sro.operator.reconcile import NodePatch, Plan, our_label_keys
 from sro.operator.states import HARD_REASONS
 
 log = logging.getLogger(__name__)
@@ -229,10 +229,10 @@ class SpecialResourceIO:
                 await self._delete(res, _dict(o)["metadata"]["name"])
         self._applied.clear()  # other SpecialResources re-send theirs once: cheap, and never stale
         problems: list[str] = []
-        prefix = f"{PREFIX}{sr}."
+        ours = our_label_keys(sr)
         async for n in self.client.list(Node):
             info: NodeInfo = node_from_json(_dict(n))
-            keys = [k for k in info.labels if k.startswith(prefix)]
+            keys = [k for k in info.labels if k in ours]
             ann = reached_annotation(sr)
             tainted = any(t.get("key") == not_ready_taint(sr) for t in info.taints)
             if keys or ann in info.annotations or tainted:

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sro.api.names import PREFIX
 from sro.api.recipes import BUILTIN, Recipe, RecipeError, recipe_from_dict
 from sro.api.specialresource import (
     READY,
+    STATE_NAMES,
     SpecError,
     SpecialResourceSpec,
     not_ready_taint,
@@ -130,9 +130,16 @@ def _not_deployable(obs: Observed, reason: str, message: str, resource: str = ""
     return Plan(status=status, deployable=False, requeue=60.0)
 
 
+def our_label_keys(sr: str) -> frozenset[str]:
+    """Exactly the label keys the operator writes for `sr`. Not a prefix match: a SpecialResource
+    named like its recipe shares `sro.dev/<name>.` with the recipe's own labels (discovery's
+    `sro.dev/simulated-gpu.count`, the admin's opt-in `.enabled`), which are never ours to remove."""
+    return frozenset({*(state_label(sr, s) for s in STATE_NAMES), validated_label(sr)})
+
+
 def _our_keys(sr: str, node: NodeInfo) -> list[str]:
-    prefix = f"{PREFIX}{sr}."
-    return [k for k in node.labels if k.startswith(prefix)]
+    ours = our_label_keys(sr)
+    return [k for k in node.labels if k in ours]
 
 
 def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Plan:

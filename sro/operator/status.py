@@ -45,7 +45,8 @@ class NodeRow:
         }
         if self.log:
             out["log"] = tail_bytes(self.log, LOG_LIMIT)
-        return out
+        # lightkube sends "" as null, which the schema (rightly) refuses: leave empty fields out
+        return {k: v for k, v in out.items() if v != ""}
 
 
 def tail_bytes(text: str, limit: int) -> str:

@@ -512,3 +512,14 @@ def test_status_stays_small_at_a_thousand_validated_nodes() -> None:
     plan = reconcile(observed(nodes, pods + extra), NS, NOW)
     assert plan.status["validatedCount"] == 1000
     assert len(json.dumps(plan.status)) < 100_000
+
+
+def test_a_special_resource_named_like_its_recipe_never_touches_the_recipes_labels() -> None:
+    """`sro.dev/simulated-gpu.` is both the SpecialResource's and the recipe's label namespace."""
+    a = node("a", **{COUNT: "8", "sro.dev/simulated-gpu.product": "SRO-Simulated-H100-80GB"})
+    mine = sr(name="simulated-gpu")
+    plan = reconcile(observed([a], the_sr=mine), NS, NOW)
+    assert [r.name for r in plan.rows] == ["a"]
+    assert plan.node_patches["a"].labels == {}
+    gone = reconcile(observed([node("b", opt_in=False, **{COUNT: "8"})], the_sr=mine), NS, NOW)
+    assert "b" not in gone.node_patches

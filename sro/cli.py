@@ -28,6 +28,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "sro.local.commands:local",
         "A real single-node Kubernetes on this machine (up/down/status/env/image).",
     ),
+    "install": (
+        "sro.install_commands:install",
+        "Install the operator, its CRD and RBAC, and discovery on a cluster.",
+    ),
+    "uninstall": (
+        "sro.install_commands:uninstall",
+        "Remove every SpecialResource (finalizers run), then all that install put there.",
+    ),
     "operator": (
         "sro.operator.command:operator",
         "Run the special resource operator (what `sro install` deploys).",

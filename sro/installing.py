@@ -1,0 +1,221 @@
+"""What `sro install` puts on a cluster, in apply order, as plain objects; and `deploy/` from them.
+
+Why one list for everything: `sro install` applies it, `sro uninstall` deletes it in reverse, and
+`deploy/` (for `kubectl apply -k`, which cannot read Jinja2) is the same list written out, so the
+three cannot drift. The operator creates no RBAC at run time, so every ServiceAccount, Role and
+ClusterRole its operands will use is installed here, up front: the install kinds of every component
+under `sro/manifests/`. The templates of a component are rendered one file at a time with only the
+install values (namespace, image, pull policy): an account or role file must not depend on a
+SpecialResource or its recipe (one account serves every recipe), and a file that needs per-resource
+values (a validation pod, a driver DaemonSet) is the operator's to render, not ours. Discovery is
+installed whole, once for the cluster. The CRD is `sro.api.specialresource.crd()` itself, placed
+after the Namespace (its schema lives in Python, once).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import jinja2
+import yaml
+
+from sro.api.names import IMAGE, MANAGED_BY_LABEL, MANAGED_BY_VALUE, NAMESPACE
+from sro.api.specialresource import crd
+from sro.manifests import components, templates
+from sro.operator.rendering import INSTALL_KINDS
+
+OPERATOR: Final = "operator"
+DISCOVERY: Final = "discovery"
+OPERATOR_DEPLOYMENT: Final = "sro-operator"
+DEPLOY_COMMAND: Final = "sro install --output deploy/"
+DEPLOY_PULL_POLICY: Final = "IfNotPresent"
+
+# Apply order by kind: what a kind refers to exists before it (accounts before bindings, the CRD
+# and RBAC before the operator that needs them). Deletion goes the other way.
+KIND_ORDER: Final = (
+    "Namespace",
+    "CustomResourceDefinition",
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+    "ConfigMap",
+    "Service",
+    "DaemonSet",
+    "Deployment",
+)
+CLUSTER_SCOPED: Final = frozenset(
+    {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+)
+
+_env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+_INSTALL_KIND_LINE = re.compile(r"^kind:\s*(" + "|".join(sorted(INSTALL_KINDS)) + r")\s*$", re.MULTILINE)
+
+
+class InstallError(ValueError):
+    """The manifests cannot make an install list (a template names the file and what is wrong)."""
+
+
+def pull_policy_for(image: str) -> str:
+    """Never for images imported into the node (`localhost/...`: no registry has them), else IfNotPresent."""
+    return "Never" if image.startswith("localhost/") else "IfNotPresent"
+
+
+@dataclass(frozen=True)
+class Key:
+    """An object's identity on the cluster."""
+
+    kind: str
+    name: str
+    namespace: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace + '/' if self.namespace else ''}{self.name}"
+
+
+def key(obj: Mapping[str, Any]) -> Key:
+    md = obj["metadata"]
+    return Key(obj["kind"], md["name"], "" if obj["kind"] in CLUSTER_SCOPED else md.get("namespace", ""))
+
+
+def _render_file(component: str, name: str, text: str, values: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One template file's objects, or [] for a file that needs values only the operator has."""
+    try:
+        rendered = _env.from_string(text).render(**values)
+    except jinja2.UndefinedError as e:
+        if component == DISCOVERY or _INSTALL_KIND_LINE.search(text):
+            raise InstallError(
+                f"{component}/{name}: {e.message}; what `sro install` creates must render with the "
+                f"install values only ({', '.join(sorted(values))}), not per SpecialResource or recipe"
+            ) from e
+        return []
+    except jinja2.TemplateError as e:
+        raise InstallError(f"{component}/{name}: {e}") from e
+    try:
+        return [d for d in yaml.safe_load_all(rendered) if d]
+    except yaml.YAMLError as e:
+        raise InstallError(f"{component}/{name}: not valid YAML once rendered: {e}") from e
+
+
+def component_objects(
+    component: str, values: Mapping[str, Any], kinds: Iterable[str] | None
+) -> list[dict[str, Any]]:
+    """The component's objects of `kinds` (None: all), each file rendered alone, in file order."""
+    wanted = None if kinds is None else frozenset(kinds)
+    out = []
+    for name, text in templates(component).items():
+        for obj in _render_file(component, name, text, values):
+            if not isinstance(obj, dict) or "kind" not in obj or "metadata" not in obj:
+                raise InstallError(
+                    f"{component}/{name}: a document is not a Kubernetes object (kind/metadata)"
+                )
+            if wanted is None or obj["kind"] in wanted:
+                out.append(obj)
+    return out
+
+
+def objects(
+    namespace: str = NAMESPACE,
+    image: str = IMAGE,
+    pull_policy: str | None = None,
+    operator: bool = True,
+) -> list[dict[str, Any]]:
+    """Everything `sro install` applies, in apply order (`operator=False`: all but the Deployment)."""
+    values = {"namespace": namespace, "image": image, "pull_policy": pull_policy or pull_policy_for(image)}
+    found: list[dict[str, Any]] = []
+    found += component_objects(OPERATOR, values, None)
+    found.append(crd())
+    found += component_objects(DISCOVERY, values, None)
+    for component in components():
+        if component not in (OPERATOR, DISCOVERY):
+            found += component_objects(component, values, INSTALL_KINDS)
+    seen: dict[Key, dict[str, Any]] = {}
+    for obj in found:
+        k = key(obj)
+        if k.kind not in KIND_ORDER:
+            raise InstallError(f"{k}: sro install does not know where a {k.kind} goes in apply order")
+        if k.namespace and k.namespace != namespace:
+            raise InstallError(f"{k}: outside the install namespace {namespace}")
+        labels = obj["metadata"].get("labels") or {}
+        if labels.get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE:
+            raise InstallError(
+                f"{k}: lacks the label {MANAGED_BY_LABEL}={MANAGED_BY_VALUE} (uninstall finds it by it)"
+            )
+        if k in seen:
+            # Several components carry the same Namespace; anything else twice is a clash
+            if k.kind != "Namespace" and seen[k] != obj:
+                raise InstallError(f"{k}: two components define it differently")
+            continue
+        seen[k] = obj
+    ordered = sorted(
+        seen.values(), key=lambda o: KIND_ORDER.index(o["kind"])
+    )  # stable: file order within a kind
+    if not operator:
+        ordered = [o for o in ordered if key(o) != Key("Deployment", OPERATOR_DEPLOYMENT, namespace)]
+    return ordered
+
+
+def to_yaml(objs: Iterable[Mapping[str, Any]]) -> str:
+    """Multi-document YAML, keys in the manifests' own order (what `kubectl apply -f -` reads)."""
+    return "---\n".join(yaml.safe_dump(dict(o), sort_keys=False, default_flow_style=False) for o in objs)
+
+
+def _file_name(index: int, obj: Mapping[str, Any]) -> str:
+    return f"{index:02d}-{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
+
+
+def deploy_tree(
+    namespace: str = NAMESPACE, image: str = IMAGE, pull_policy: str = DEPLOY_PULL_POLICY
+) -> dict[str, str]:
+    """File name -> content of `deploy/`: one file per object plus a kustomization.yaml listing them.
+
+    Kustomize v2.0.3 (inside kubectl 1.20) reads a plain `resources:` list; it orders kinds itself,
+    and the file numbers keep our order for readers and for `kubectl apply -f deploy/`. The pull
+    policy is IfNotPresent (a cluster with a registry), which the local cluster's imported image
+    satisfies too.
+    """
+    header = (
+        f"# Generated by `{DEPLOY_COMMAND}` from sro/manifests/ and sro.api.specialresource.crd();\n"
+        "# do not edit: tests/unit/test_installing.py fails when this differs from a fresh generation.\n"
+    )
+    objs = objects(namespace, image, pull_policy)
+    files = {_file_name(i, o): header + to_yaml([o]) for i, o in enumerate(objs)}
+    kustomization = (
+        header
+        + "#\n"
+        + "#   kubectl apply -k deploy/       # install: namespace, CRD, RBAC, discovery, the operator\n"
+        + "#   sro uninstall                  # remove (SpecialResources first, so their finalizers run)\n"
+        + "#\n"
+        + f"# The image is {image}. For another one, generate a tree for it:\n"
+        + "#   sro install --image registry.example/sro:TAG --output my-deploy/ && kubectl apply -k my-deploy/\n"
+        + "# (the operator also passes the image to its operands with --image, which kustomize's images:\n"
+        + "# field would not change).\n"
+        + yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": list(files),
+            },
+            sort_keys=False,
+            default_flow_style=False,
+        )
+    )
+    return {"kustomization.yaml": kustomization, **files}
+
+
+def write_tree(tree: Mapping[str, str], directory: Path) -> list[str]:
+    """Write `tree` into `directory`, removing YAML files there that it no longer has; returns the removed."""
+    directory.mkdir(parents=True, exist_ok=True)
+    stale = sorted(p.name for p in directory.glob("*.yaml") if p.name not in tree)
+    for name in stale:
+        (directory / name).unlink()
+    for name, text in tree.items():
+        path = directory / name
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+    return stale

@@ -26,7 +26,7 @@ _recipe_file_option = click.option(
 )
 _dev_root_option = click.option(
     "--dev-root",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=click.Path(path_type=Path, file_okay=False, readable=False),
     default=Path("/dev"),
     show_default=True,
     help="Where the device nodes are (the node's /dev, or where a pod mounts it).",
@@ -71,7 +71,7 @@ def validate() -> None:
 @_recipe_file_option
 @click.option(
     "--driver-root",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=click.Path(path_type=Path, file_okay=False, readable=False),
     help="Where the driver's files are seen from here (default: the recipe's driver root).",
 )
 @_dev_root_option

@@ -88,8 +88,8 @@ def observe(
 def _driver_hint(facts: DriverFacts) -> str:
     if facts.recipe.simulated:
         return (
-            "check that the simulated driver is installed on the node (`sro driver simulate --config FILE`) "
-            f"and that its driver root is what this check reads ({facts.driver_root})"
+            "check that the simulated driver is installed on the node (the driver state, or `sro driver "
+            f"simulate`) and that its driver root is the one this check reads ({facts.driver_root})"
         )
     return (
         "check that the kernel module is loaded (`lsmod | grep nvidia`, `dmesg | grep -i nvrm`) and that "
@@ -182,7 +182,6 @@ def check_nodes(facts: DriverFacts) -> Result:
         return Result.skipped(name, "needs the inventory")
     by_node = {n.path: n for n in facts.nodes}
     problems: list[str] = []
-    details: list[str] = []
     majors: set[int] = set()
     expected = [(d.device_node, f"device {d.index} ({d.uuid})", d.minor) for d in inv.devices]
     expected += [(c, "control node", -1) for c in inv.control_nodes]
@@ -196,7 +195,6 @@ def check_nodes(facts: DriverFacts) -> Result:
             problems.append(f"{node} of {what} has minor {st.minor}, the driver says {minor}")
         else:
             majors.add(st.major)
-            details.append(f"{node}: c {st.major}:{st.minor}")
     if len(majors) > 1 and not problems:
         problems.append(f"the nodes have different majors ({', '.join(map(str, sorted(majors)))})")
     if problems:
@@ -215,7 +213,6 @@ def check_nodes(facts: DriverFacts) -> Result:
     return Result.passed(
         name,
         f"{len(inv.devices)} device and {len(inv.control_nodes)} control nodes are character devices{major}",
-        details,
     )
 
 

@@ -94,7 +94,9 @@ def runtime_files() -> None:
     """Install the files containerd's `sro` runtime handler runs: its launcher and the hook zipapp for
     the host's python3, as the runtime state's DaemonSet does on a node (same command)."""
     argv = [sys.executable, "-m", "sro", "runtime", "install", "--root", RUNTIME_ROOT]
-    out = subprocess.run([*argv, "--recipe", SIMULATED_GPU.name], capture_output=True, text=True)
+    out = subprocess.run(
+        [*argv, "--recipe", SIMULATED_GPU.name, "--owner", "demo"], capture_output=True, text=True
+    )
     if out.returncode != 0:
         raise ClusterError(f"sro runtime install failed: {out.stderr.strip() or out.stdout.strip()}")
 
@@ -212,7 +214,16 @@ def cleanup(cluster: LocalCluster) -> None:
         )
     subprocess.run([sys.executable, "-m", "sro", "discover", "--cleanup", "--node-name", cluster.node_name,
                     "--kubeconfig", str(cluster.kubeconfig)], capture_output=True, check=False)  # fmt: skip
-    uninstall = ["runtime", "uninstall", "--root", RUNTIME_ROOT, "--recipe", SIMULATED_GPU.name]
+    uninstall = [
+        "runtime",
+        "uninstall",
+        "--root",
+        RUNTIME_ROOT,
+        "--recipe",
+        SIMULATED_GPU.name,
+        "--owner",
+        "demo",
+    ]
     subprocess.run([sys.executable, "-m", "sro", *uninstall], capture_output=True, check=False)
     subprocess.run(
         [sys.executable, "-m", "sro", "driver", "simulate", "--remove"], capture_output=True, check=False

@@ -2,8 +2,8 @@
 
 containerd's runtime handler `sro` runs the launcher at RUNTIME_LAUNCHER (the local cluster registers
 it with a RuntimeClass), which `sro runtime install` writes with the hook zipapp for the host's python3,
-as the runtime state's DaemonSet does on a node (installed here, removed again if this module
-installed it). The simulated driver is on the host (likewise installed here when absent). Checked: the device node asked for is there
+as the runtime state's DaemonSet does on a node (installed here for the owner `e2e-runtime-class`,
+whose claim is dropped again at the end: another owner's install stays). The simulated driver is on the host (likewise installed here when absent). Checked: the device node asked for is there
 and the device cgroup allows it (ENXIO, not EPERM), the library and the binary are there, a pod
 asking for nothing and a pod on the default runtime get nothing, and an unknown device id fails the
 container's creation with the hook's reason in the pod status.
@@ -27,7 +27,6 @@ from sro.api.names import RUNTIME_LAUNCHER, RUNTIME_ROOT
 from sro.api.recipes import SIMULATED_DEVICE_LIST, SIMULATED_GPU
 from sro.local.cluster import LocalCluster
 from sro.local.layout import BUSYBOX_IMAGE, RUNTIME_HANDLER
-from sro.node.runtime import installing
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root]
 
@@ -59,17 +58,13 @@ def runtime(cluster: LocalCluster, driver: None) -> Iterator[str]:
     assert f'BinaryName = "{RUNTIME_LAUNCHER}"' in config, (
         "containerd runs with a config older than `sro runtime install`: restart the local cluster"
     )
-    manifest = installing.read_manifest(RUNTIME_ROOT)
-    had = manifest is not None and SIMULATED_GPU.name in manifest.recipes
-    install = [*SRO, "runtime", "install", "--root", RUNTIME_ROOT, "--recipe", SIMULATED_GPU.name]
-    subprocess.run(install, check=True, capture_output=True)
+    args = ["--root", RUNTIME_ROOT, "--recipe", SIMULATED_GPU.name, "--owner", "e2e-runtime-class"]
+    subprocess.run([*SRO, "runtime", "install", *args], check=True, capture_output=True)
     assert f"{RUNTIME_ROOT}/sro-hook.pyz" in Path(RUNTIME_LAUNCHER).read_text()
     rc = json.loads(cluster.kubectl("get", "runtimeclass", RUNTIME_HANDLER, "-o", "json").stdout)
     assert rc["handler"] == RUNTIME_HANDLER
     yield RUNTIME_HANDLER
-    if not had:
-        uninstall = [*SRO, "runtime", "uninstall", "--root", RUNTIME_ROOT, "--recipe", SIMULATED_GPU.name]
-        subprocess.run(uninstall, check=False, capture_output=True)
+    subprocess.run([*SRO, "runtime", "uninstall", *args], check=False, capture_output=True)
 
 
 def _pod(cluster: LocalCluster, env: dict[str, str], runtime_class: str | None) -> str:

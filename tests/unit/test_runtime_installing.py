@@ -75,9 +75,8 @@ def test_install_writes_the_files_for_the_host_with_a_manifest(tmp_path: Path) -
     assert files["sro-runtime"][0] == 0o755
     assert {mode for name, (mode, _) in files.items() if name != "sro-runtime"} == {0o644}
     doc = json.loads(files[installing.MANIFEST][1])
-    assert (
-        doc["recipes"] == {SIM: {"driverRoot": None}} and doc["settings"]["hostDir"] == "/var/lib/sro/runtime"
-    )
+    assert doc["recipes"] == {SIM: {"driverRoot": None, "owners": ["default"]}}
+    assert doc["settings"]["hostDir"] == "/var/lib/sro/runtime"
     assert set(doc["files"]) == set(files) - {installing.MANIFEST} == set(m.files)
     import hashlib
 
@@ -147,6 +146,28 @@ def test_recipes_share_the_files_and_uninstall_removes_one_at_a_time(tmp_path: P
         "mine.txt",
     ]
     assert installing.uninstall(str(root)) is None  # nothing left to do
+
+
+def test_a_recipe_stays_while_an_owner_still_uses_it(tmp_path: Path) -> None:
+    host, root = _host(tmp_path), tmp_path / "runtime"
+    settings = _settings(root)
+    for owner in ("sr-a", "sr-b"):
+        installing.install(str(root), {SIM: None}, settings, host_root=str(host), owner=owner)
+    content = _files(root)
+    manifest = installing.read_manifest(str(root))
+    assert manifest is not None and manifest.owners == {SIM: ("sr-a", "sr-b")}
+    log: list[str] = []
+    installing.uninstall(str(root), (SIM,), log=log.append, owner="nobody")
+    installing.uninstall(str(root), (SIM,), log=log.append, owner="sr-a")
+    assert _files(root).keys() == content.keys() and (root / SIM_CDI).exists()
+    assert any("not installed by nobody" in line for line in log), log
+    assert any("stays installed: sr-b still use" in line for line in log), log
+    installing.uninstall(str(root), (SIM,), owner="sr-b")
+    assert not any(root.iterdir())
+    for owner in ("sr-a", "sr-b"):
+        installing.install(str(root), {SIM: None}, settings, host_root=str(host), owner=owner)
+    installing.uninstall(str(root), owner=None)  # every claim: `uninstall --any-owner`
+    assert not any(root.iterdir())
 
 
 def test_uninstall_leaves_files_replaced_by_someone_else(tmp_path: Path) -> None:
@@ -228,6 +249,8 @@ def test_cli_install_uninstall_and_missing_python(tmp_path: Path) -> None:
     assert (root / "sro-runtime").exists() and (root / SIM_CDI).exists()
     res = runner.invoke(cli, [*args, "--python", "/opt/none/python3"])
     assert res.exit_code == 1 and "no Python interpreter at /opt/none/python3" in res.output
+    res = runner.invoke(cli, ["runtime", "uninstall", "--root", str(root), "--owner", "other"])
+    assert res.exit_code == 0 and (root / "sro-runtime").exists(), res.output
     res = runner.invoke(cli, ["runtime", "uninstall", "--root", str(root)])
     assert res.exit_code == 0, res.output
     assert not any(root.iterdir())
@@ -237,7 +260,7 @@ def test_cli_wait_removes_what_it_installed_on_sigterm(tmp_path: Path) -> None:
     host, root, ready = _host(tmp_path), tmp_path / "runtime", tmp_path / "ready"
     argv = [sys.executable, "-m", "sro", "runtime", "install", "--root", str(root), "--host-root", str(host)]
     proc = subprocess.Popen(
-        [*argv, "--recipe", SIM, "--wait", "--ready-file", str(ready)],
+        [*argv, "--recipe", SIM, "--wait", "--ready-file", str(ready), "--owner", "ds-a"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -247,6 +270,7 @@ def test_cli_wait_removes_what_it_installed_on_sigterm(tmp_path: Path) -> None:
         while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert ready.exists() and (root / installing.MANIFEST).exists()
+        assert '"ds-a"' in (root / installing.MANIFEST).read_text()
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
     finally:

@@ -62,6 +62,7 @@ def test_driver_root_python_name_and_mode_are_values() -> None:
         runtime_mode="cdi",
     )["DaemonSet"]
     assert ds["metadata"]["name"] == "sro-runtime-gpus"
+    assert "--owner=sro-runtime-gpus" in ds["spec"]["template"]["spec"]["containers"][0]["command"]
     assert ds["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"] == "sro-runtime-gpus"
     pod = ds["spec"]["template"]["spec"]
     (c,) = pod["containers"]

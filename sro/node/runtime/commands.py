@@ -200,6 +200,9 @@ def _log(message: str) -> None:
     "--stage", type=click.Choice(["prestart", "createContainer"]), default="prestart", show_default=True
 )
 @click.option("--no-cdi", is_flag=True, help="Write no CDI specs.")
+@click.option(
+    "--owner", default="default", show_default=True, help="Who asks (uninstall drops only its claim)."
+)
 @click.option("--wait", is_flag=True, help="Stay running; on SIGTERM/SIGINT remove what was installed.")
 @click.option("--ready-file", default=None, help="Written once installed (a readiness probe tests it).")
 def install_command(
@@ -214,13 +217,17 @@ def install_command(
     mode: str,
     stage: str,
     no_cdi: bool,
+    owner: str,
     wait: bool,
     ready_file: str | None,
 ) -> None:
     """Install the node's runtime files in --root for the host: the hook and the runc wrapper as a
     stdlib-only zipapp (sro-hook.pyz), the launcher a containerd runtime handler names as its
     BinaryName (sro-runtime), hooks.d/sro-hook.json for CRI-O and podman, cdi/<vendor>-<class>.json
-    per recipe with devices, and manifest.json. Fails if the host has no --python. Idempotent."""
+    per recipe with devices, and manifest.json. Fails if the host has no --python. Idempotent.
+
+    The files are shared by every recipe and owner on the node (the runtime state of each
+    SpecialResource names its own --owner); the manifest records both."""
     import signal
 
     from sro.node.runtime import installing
@@ -240,7 +247,8 @@ def install_command(
             dev_root=dev_root,
             stage=stage,
         )
-        installing.install(root, dict.fromkeys(names, driver_root), settings, host_root, not no_cdi, log=_log)
+        recipes = dict.fromkeys(names, driver_root)
+        installing.install(root, recipes, settings, host_root, not no_cdi, log=_log, owner=owner)
     except installing.InstallError as e:
         raise click.ClickException(str(e)) from None
     _log(f"installed the runtime files for {', '.join(names)} in {root}")
@@ -252,7 +260,7 @@ def install_command(
     sig = signal.sigwait(stop)
     _log(f"{signal.Signals(sig).name}: removing the runtime files of {', '.join(names)}")
     try:
-        installing.uninstall(root, names, log=_log)
+        installing.uninstall(root, names, log=_log, owner=owner)
     except installing.InstallError as e:
         raise click.ClickException(str(e)) from None
     finally:
@@ -263,12 +271,15 @@ def install_command(
 @click.command("uninstall")
 @click.option("--root", default=RUNTIME_ROOT, show_default=True)
 @click.option("--recipe", multiple=True, help="Repeatable; default: every recipe installed there.")
-def uninstall_command(root: str, recipe: tuple[str, ...]) -> None:
-    """Remove what `sro runtime install` wrote in --root (only files its manifest lists): the
-    recipes' CDI specs, and with the last recipe the zipapp, the launcher, hooks.d and the manifest."""
+@click.option("--owner", default="default", show_default=True, help="Whose claim to drop.")
+@click.option("--any-owner", is_flag=True, help="Drop every owner's claim on the recipes.")
+def uninstall_command(root: str, recipe: tuple[str, ...], owner: str, any_owner: bool) -> None:
+    """Remove what `sro runtime install` wrote in --root (only files its manifest lists): a recipe
+    no owner uses any more loses its CDI spec; with the last recipe go the zipapp, the launcher,
+    hooks.d and the manifest."""
     from sro.node.runtime import installing
 
     try:
-        installing.uninstall(os.path.abspath(root), recipe, log=_log)
+        installing.uninstall(os.path.abspath(root), recipe, log=_log, owner=None if any_owner else owner)
     except installing.InstallError as e:
         raise click.ClickException(str(e)) from None

@@ -13,10 +13,12 @@ Layout of the root (RUNTIME_ROOT, /var/lib/sro/runtime, on a node):
     cdi/<vendor>-<class>.json   one CDI spec per recipe with devices on this node (CRI-O, containerd >= 1.7)
     manifest.json           what was installed, for whom, with which settings; uninstall removes only that
 
-The files are shared by every recipe installed on the node: the manifest records the recipes, and
-the launcher and hooks.d entry act for exactly those (`--recipe` each). Installing a recipe adds it;
-uninstalling one removes its CDI spec and rewrites the shared files for the rest; uninstalling the
-last removes everything the manifest lists, the manifest last. Concurrent installers (one per
+The files are shared by every recipe installed on the node: the manifest records the recipes and,
+for each, its owners (who asked for it: the runtime state's DaemonSet of each SpecialResource, a
+test, the demo), and the launcher and hooks.d entry act for exactly those recipes (`--recipe` each).
+Installing adds a recipe or an owner; uninstalling drops an owner, and a recipe with no owner left
+loses its CDI spec while the shared files are rewritten for the rest; once no recipe is left, every
+file the manifest lists is removed, the manifest last. Concurrent installers (one per
 SpecialResource) take turns through a lock on the root directory. Writes are atomic (a temporary
 file renamed over the old one) and skipped where the bytes and mode are already right.
 
@@ -49,6 +51,7 @@ CDI_DIR = "cdi"
 MANIFEST = "manifest.json"
 MANIFEST_KIND = "sro.dev/runtime-files"
 MODES = ("hook", "cdi")
+DEFAULT_OWNER = "default"
 STAGES = ("prestart", "createContainer")
 
 Log = Callable[[str], None]
@@ -91,13 +94,14 @@ _SNAKE = {v: k for k, v in _CAMEL.items()}
 
 @dataclass(frozen=True)
 class Manifest:
-    """What manifest.json says: the settings, the recipes (name -> driver root or None) and the files
-    (relative path -> {"sha256", "mode"})."""
+    """What manifest.json says: the settings, the recipes (name -> driver root or None) with their
+    owners, and the files (relative path -> {"sha256", "mode"})."""
 
     settings: Settings
     recipes: Mapping[str, str | None] = field(default_factory=dict)
     files: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # e.g. why a recipe has no CDI spec
+    owners: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # recipe -> who installed it
 
     def to_json(self) -> str:
         doc = {
@@ -105,7 +109,10 @@ class Manifest:
             "version": 1,
             "installedBy": f"sro {__version__}",
             "settings": {_CAMEL[k]: v for k, v in asdict(self.settings).items()},
-            "recipes": {name: {"driverRoot": root} for name, root in sorted(self.recipes.items())},
+            "recipes": {
+                name: {"driverRoot": root, "owners": sorted(self.owners.get(name, ()))}
+                for name, root in sorted(self.recipes.items())
+            },
             "files": {path: dict(meta) for path, meta in sorted(self.files.items())},
             "notes": list(self.notes),
         }
@@ -117,11 +124,14 @@ class Manifest:
         if not isinstance(doc, dict) or doc.get("kind") != MANIFEST_KIND:
             raise ValueError(f"not an sro runtime manifest (kind {MANIFEST_KIND})")
         recipes = {str(k): (v or {}).get("driverRoot") for k, v in doc.get("recipes", {}).items()}
+        owners = {
+            str(k): tuple(map(str, (v or {}).get("owners", ()))) for k, v in doc.get("recipes", {}).items()
+        }
         files = {str(k): {str(a): str(b) for a, b in v.items()} for k, v in doc.get("files", {}).items()}
         for path in files:
             _check_relative(path)
         settings = Settings(**{_SNAKE[k]: str(v) for k, v in doc["settings"].items() if k in _SNAKE})
-        return cls(settings, recipes, files, tuple(str(n) for n in doc.get("notes", ())))
+        return cls(settings, recipes, files, tuple(str(n) for n in doc.get("notes", ())), owners)
 
 
 @dataclass(frozen=True)
@@ -396,7 +406,7 @@ def _apply(
         listed[rel] = {"sha256": _sha256(f.data), "mode": f"{f.mode:04o}"}
     for rel in sorted(set(old.files) - set(listed) if old is not None else ()):
         _remove(root, rel, log)
-    result = Manifest(new.settings, new.recipes, listed, new.notes)
+    result = Manifest(new.settings, new.recipes, listed, new.notes, new.owners)
     if new.recipes:
         write_atomic(os.path.join(root, MANIFEST), File(result.to_json().encode()))
     elif os.path.lexists(os.path.join(root, MANIFEST)):
@@ -414,8 +424,10 @@ def install(
     host_root: str = "/",
     with_cdi: bool = True,
     log: Log = _quiet,
+    owner: str = DEFAULT_OWNER,
 ) -> Manifest:
-    """Install (or refresh) the runtime files for `recipes` (name -> driver root or None) in `root`.
+    """Install (or refresh) the runtime files for `recipes` (name -> driver root or None) in `root`,
+    on behalf of `owner`.
 
     The recipes join those already installed there; `settings` replace the node's settings.
     """
@@ -432,6 +444,9 @@ def install(
         if old is not None and old.settings != settings:
             log(f"settings for every recipe in {root} change: {asdict(old.settings)} -> {asdict(settings)}")
         merged = {**(old.recipes if old is not None else {}), **recipes}
+        owners = {n: tuple(o) for n, o in (old.owners if old is not None else {}).items() if n in merged}
+        for name in recipes:
+            owners[name] = tuple(sorted({*owners.get(name, ()), owner}))
         files: dict[str, File | None] = dict(shared_files(settings, merged))
         if host_root == "/":
             tag = _checked_archive(root, settings, files[bundling.ARCHIVE_NAME])
@@ -447,7 +462,7 @@ def install(
                 log(made)
             else:
                 files[made[0]] = made[1]
-        return _apply(root, old, Manifest(settings, merged, {}, tuple(notes)), files, log)
+        return _apply(root, old, Manifest(settings, merged, {}, tuple(notes), owners), files, log)
 
 
 def _checked_archive(root: str, settings: Settings, archive: File | None) -> str:
@@ -462,9 +477,12 @@ def _checked_archive(root: str, settings: Settings, archive: File | None) -> str
         os.unlink(tmp)
 
 
-def uninstall(root: str, recipes: tuple[str, ...] = (), log: Log = _quiet) -> Manifest | None:
-    """Remove `recipes` (default: all) from `root`: their CDI specs, and once none is left every
-    file the manifest lists. Files the manifest does not list are never touched."""
+def uninstall(
+    root: str, recipes: tuple[str, ...] = (), log: Log = _quiet, owner: str | None = DEFAULT_OWNER
+) -> Manifest | None:
+    """Drop `owner`'s claim on `recipes` (default: all) in `root` (owner None: every claim). A recipe
+    nobody owns any more loses its CDI spec; once none is left, every file the manifest lists goes.
+    Files the manifest does not list are never touched."""
     if not os.path.isdir(root):
         log(f"nothing installed in {root}")
         return None
@@ -473,10 +491,19 @@ def uninstall(root: str, recipes: tuple[str, ...] = (), log: Log = _quiet) -> Ma
         if old is None:
             log(f"nothing installed in {root} (no {MANIFEST})")
             return None
-        gone = set(recipes or old.recipes)
-        left = {n: r for n, r in old.recipes.items() if n not in gone}
-        for name in sorted(gone - set(old.recipes)):
+        asked = set(recipes or old.recipes)
+        for name in sorted(asked - set(old.recipes)):
             log(f"{name} was not installed in {root}")
+        owners = dict(old.owners)
+        for name in asked & set(old.recipes):
+            had = old.owners.get(name, ())
+            owners[name] = () if owner is None else tuple(o for o in had if o != owner)
+            if owner is not None and owner not in had:
+                log(f"{name} was not installed by {owner} (owners: {', '.join(had) or 'none'})")
+            elif owners[name]:
+                log(f"{name} stays installed: {', '.join(owners[name])} still use it")
+        left = {n: r for n, r in old.recipes.items() if owners.get(n)}
+        owners = {n: o for n, o in owners.items() if n in left}
         files: dict[str, File | None] = {}
         if left:
             files = dict(shared_files(old.settings, left))
@@ -484,4 +511,4 @@ def uninstall(root: str, recipes: tuple[str, ...] = (), log: Log = _quiet) -> Ma
             cdi_paths = {f"{CDI_DIR}/{cdi.spec_file_name(BUILTIN[n], 'json')}" for n in left if n in BUILTIN}
             files.update(dict.fromkeys(cdi_paths & set(old.files)))
         notes = tuple(n for n in old.notes if n.split(":", 1)[0] in left)
-        return _apply(root, old, Manifest(old.settings, left, {}, notes), files, log)
+        return _apply(root, old, Manifest(old.settings, left, {}, notes, owners), files, log)

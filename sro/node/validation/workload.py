@@ -153,7 +153,7 @@ def check_tool(facts: WorkloadFacts) -> Result:
     name = "tool"
     if facts.tool is None:
         if facts.tool_note.startswith("skipped"):
-            return Result.skipped(name, facts.tool_note)
+            return Result.skipped(name, facts.tool_note.removeprefix("skipped: "))
         return Result.failed(
             name, facts.tool_note, f"{facts.tool_note}: the driver's binaries were not injected; {HOOK_HINT}"
         )

@@ -12,6 +12,8 @@ container's creation with the hook's reason in the pod status.
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -55,8 +57,10 @@ def driver() -> Iterator[None]:
 def runtime(cluster: LocalCluster, driver: None) -> Iterator[str]:
     """The handler's files, installed by the code the runtime state runs (`sro runtime install`)."""
     config = (cluster.layout.config / "containerd.toml").read_text()
-    assert f'BinaryName = "{RUNTIME_LAUNCHER}"' in config, (
-        "containerd runs with a config older than `sro runtime install`: restart the local cluster"
+    binary = re.search(r'BinaryName = "([^"]+)"', config)
+    assert binary and os.path.realpath(binary[1]) == os.path.realpath(RUNTIME_LAUNCHER), (
+        f"containerd's handler runs {binary and binary[1]}, not {RUNTIME_LAUNCHER}: a cluster started "
+        "before `sro runtime install` existed; restart it"
     )
     args = ["--root", RUNTIME_ROOT, "--recipe", SIMULATED_GPU.name, "--owner", "e2e-runtime-class"]
     subprocess.run([*SRO, "runtime", "install", *args], check=True, capture_output=True)

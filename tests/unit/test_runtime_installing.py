@@ -161,7 +161,7 @@ def test_a_recipe_stays_while_an_owner_still_uses_it(tmp_path: Path) -> None:
     installing.uninstall(str(root), (SIM,), log=log.append, owner="sr-a")
     assert _files(root).keys() == content.keys() and (root / SIM_CDI).exists()
     assert any("not installed by nobody" in line for line in log), log
-    assert any("stays installed: sr-b still use" in line for line in log), log
+    assert any("stays installed: still used by sr-b" in line for line in log), log
     installing.uninstall(str(root), (SIM,), owner="sr-b")
     assert not any(root.iterdir())
     for owner in ("sr-a", "sr-b"):

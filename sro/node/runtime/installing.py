@@ -501,7 +501,7 @@ def uninstall(
             if owner is not None and owner not in had:
                 log(f"{name} was not installed by {owner} (owners: {', '.join(had) or 'none'})")
             elif owners[name]:
-                log(f"{name} stays installed: {', '.join(owners[name])} still use it")
+                log(f"{name} stays installed: still used by {', '.join(owners[name])}")
         left = {n: r for n, r in old.recipes.items() if owners.get(n)}
         owners = {n: o for n, o in owners.items() if n in left}
         files: dict[str, File | None] = {}

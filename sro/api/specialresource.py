@@ -127,7 +127,7 @@ class SpecialResourceSpec:
     states: Mapping[str, StateSpec] = field(default_factory=dict)
     driver: DriverSpec = DriverSpec()
     device_plugin_config: str = ""  # the plugin's config.yaml
-    workload_command: tuple[str, ...] = ()  # device-plugin-validation: what runs inside (e.g. vectorAdd)
+    cuda_sample: str = ""  # device-plugin-validation, nvidia-gpu: the CUDA program the workload runs
 
     def state(self, name: str) -> StateSpec:
         return self.states.get(name) or StateSpec(enabled=name not in DISABLED_BY_DEFAULT)
@@ -249,7 +249,7 @@ def parse_spec(name: str, spec: Mapping[str, Any]) -> SpecialResourceSpec:
             devices_config=_str(drv, "devicesConfig", "spec.driver"),
         ),
         device_plugin_config=_str(dp, "config", "spec.devicePlugin"),
-        workload_command=_strings(dpv, "workloadCommand", "spec.devicePluginValidation"),
+        cuda_sample=_str(dpv, "cudaSample", "spec.devicePluginValidation"),
     )
 
 
@@ -314,10 +314,10 @@ def spec_schema() -> dict[str, Any]:
         },
         DEVICE_PLUGIN: {"config": {"type": "string", "description": "The plugin's config.yaml."}},
         DEVICE_PLUGIN_VALIDATION: {
-            "workloadCommand": {
-                "type": "array",
-                "items": _STR,
-                "description": "Run inside the validation workload (e.g. CUDA vectorAdd).",
+            "cudaSample": {
+                "type": "string",
+                "description": "nvidia-gpu: the CUDA program the workload check runs (default: vectorAdd "
+                "when the image has it); set the image with devicePluginValidation.image.",
             },
         },
     }

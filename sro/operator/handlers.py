@@ -120,7 +120,7 @@ def build_registry(op: Operator) -> kopf.OperatorRegistry:
             return kopf.login_with_kubeconfig(**kwargs)
         return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
-    @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, cancellation_timeout=10)
+    @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, cancellation_backoff=3, cancellation_timeout=10)
     async def walk_states(name: str, stopped: kopf.DaemonStopped, **_: Any) -> None:
         event = op.event_for(name)
         log.info("%s: watching", name)

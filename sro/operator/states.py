@@ -197,13 +197,13 @@ class ValidationState(State):
         uids = sorted(p.uid for s in self.after for p in _pods_on(pods, node, s) if p.ready)
         st = ctx.spec.state(self.name)
         return short_hash(
-            self.check, ctx.state_image(self.name), ctx.recipe, st, ctx.spec.workload_command, uids, length=12
+            self.check, ctx.state_image(self.name), ctx.recipe, st, ctx.spec.cuda_sample, uids, length=12
         )
 
     def pod(self, ctx: Context, node: str, inputs: str) -> dict[str, Any]:
         values: dict[str, Any] = {"name": self.pod_name(ctx, node), "node": node, "check": self.check}
-        if ctx.spec.workload_command:
-            values["workload_command"] = list(ctx.spec.workload_command)
+        if ctx.spec.cuda_sample:
+            values["cuda_sample"] = ctx.spec.cuda_sample
         docs = [d for d in render_state(ctx, self.name, "validation", **values) if d["kind"] == "Pod"]
         if len(docs) != 1:
             raise ValueError(f"state {self.name}: the validation templates must render exactly one Pod")
@@ -238,7 +238,9 @@ class ValidationState(State):
         if pod.phase == "Succeeded":
             return Readiness(True)
         if pod.phase == "Failed":
-            first = (pod.log.strip().splitlines() or [pod.message or "validation failed"])[0]
+            # `sro validate` writes its verdict as the termination message (stderr and stdout may
+            # interleave in the log); the log tail goes along for the detail
+            first = (pod.message or pod.log.strip() or "validation failed").strip().splitlines()[0]
             return Readiness(False, pod.reason or "ValidationFailed", first[:300], pod.log, failed=True)
         return Readiness(False, pod.reason or "Validating", pod.message or f"pod {pod.name} is {pod.phase}")
 

@@ -98,7 +98,7 @@ def status(name: str | None, kubeconfig: str | None, logs: bool) -> None:
         srs, nodes = read_for_status(sync_client(kubeconfig), name)
     except ApiError as e:
         raise click.ClickException(f"{e.status.message} (is sro installed? `sro install`)") from e
-    console = Console()
+    console = Console() if sys.stdout.isatty() else Console(width=160)  # logs and pipes: no wrapping
     if not srs:
         click.echo("No SpecialResources. Apply one (see examples/) after `sro install`.")
         sys.exit(3)

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from sro.api.recipes import SIMULATED_GPU
+from sro.api.specialresource import simulated_opt_in_label
 from sro.local import cleanup, supervisor
 from sro.local.components import Component, NodeFacts, admin_kubeconfig, components
 from sro.local.images import ensure_base_images
@@ -285,6 +287,9 @@ class LocalCluster:
             f"  name: {RUNTIME_HANDLER}\n  labels:\n    app.kubernetes.io/managed-by: sro\nhandler: {RUNTIME_HANDLER}\n"
         )
         self.kubectl("apply", "-f", "-", input=runtime_class)
+        # The node opts in to the simulated GPU recipe, as an admin would label a node of a real
+        # cluster: a simulated-gpu SpecialResource selects it (there is no PCI device to match).
+        self.kubectl("label", "node", self.node.name, f"{simulated_opt_in_label(SIMULATED_GPU.name)}=true", "--overwrite")
 
     def restart_kubelet(self, down_seconds: float = 0.0) -> None:
         """Stop the kubelet, wait, start it again (device-plugin re-registration tests)."""

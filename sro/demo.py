@@ -1,22 +1,24 @@
-"""`sro demo`: the whole node-side story on the embedded local cluster, in one command.
+"""`sro demo`: the whole story on the embedded local cluster, in one command, through the operator.
 
-Stages: the local cluster (Kubernetes built once per machine) → the sro image → the simulated GPU
-driver and sro's runtime files (the `sro` handler's launcher and hook, `sro runtime install`) on the
-node → feature discovery (NFD-compatible labels, published on the Node) → the device plugin
-(simulated GPUs become `sro.dev/simulated-gpu` capacity) → a workload pod that asks for two GPUs and
-gets them through the kubelet and the `sro` runtime handler. Each stage prints what it does
-and its time; a failure names the stage and shows the relevant log. The GPUs are simulated (no
-hardware here) and say so in every label, resource and file.
+Stages: the local cluster (Kubernetes built once per machine) → the sro image → `sro install` (the
+SpecialResource CRD, RBAC, feature discovery, the operator with two replicas) → the SpecialResource
+of examples/simulated-gpu.yaml, walked by the operator state by state on the node (the simulated
+GPU driver, its validation, the runtime files, the device plugin, a validation workload, the
+discovery labels), each state printed as it becomes ready there → a workload pod that asks for two
+GPUs and gets an NVLink pair through the kubelet and the `sro` runtime handler → `sro status`.
+Each stage prints its time; a failure names the stage and shows what to look at. The GPUs are
+simulated (no hardware here) and say so in every label, resource and file.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import click
@@ -24,12 +26,12 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from sro.api.names import NAMESPACE, NFD_PREFIX, RUNTIME_ROOT
+from sro.api.names import NAMESPACE, NFD_PREFIX
 from sro.api.recipes import SIMULATED_GPU
+from sro.api.specialresource import STATE_NAMES, state_label, validated_label
 from sro.local.cluster import ClusterError, LocalCluster
 from sro.local.commands import steps
 from sro.local.layout import BUSYBOX_IMAGE, RUNTIME_HANDLER
-from sro.manifests import render_text
 
 Progress = Callable[[str], None]
 WORKLOAD = "sro-demo-workload"
@@ -38,7 +40,19 @@ WORKLOAD_SCRIPT = (
     f'echo "{SIMULATED_GPU.visible_devices_env}=${SIMULATED_GPU.visible_devices_env}"; '
     "ls /dev | grep sro-simgpu | tr '\\n' ' '; echo; simgpu-smi"
 )
-PLUGIN_CONFIG = "version: v1\nhealth: {recoverAfterSeconds: 10}\n"
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "simulated-gpu.yaml"
+
+
+def example_special_resource() -> dict[str, Any]:
+    """examples/simulated-gpu.yaml (a checkout), or the same document built in (an installed wheel)."""
+    if EXAMPLE.exists():
+        return dict(yaml.safe_load(EXAMPLE.read_text()))
+    return {
+        "apiVersion": "sro.dev/v1alpha1",
+        "kind": "SpecialResource",
+        "metadata": {"name": SIMULATED_GPU.name},
+        "spec": {"recipe": SIMULATED_GPU.name, "startupTaint": True},
+    }
 
 
 def summarize(labels: Mapping[str, str]) -> list[tuple[str, str]]:
@@ -60,45 +74,43 @@ def _wait(what: str, check: Callable[[], bool], timeout: float, on_timeout: Call
     while not check():
         if time.monotonic() > deadline:
             raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what}\n{on_timeout()}")
-        time.sleep(1)
+        time.sleep(0.5)
 
 
 def _node(cluster: LocalCluster) -> dict[str, Any]:
     return dict(json.loads(cluster.kubectl("get", "node", cluster.node_name, "-o", "json").stdout))
 
 
-def _logs(cluster: LocalCluster, selector: str) -> str:
-    out = cluster.kubectl("-n", NAMESPACE, "logs", "-l", selector, "--tail=20", check=False)
-    return f"logs of {selector}:\n{out.stdout}{out.stderr}"
+def _sro(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+    return subprocess.run([sys.executable, "-m", "sro", *args], env=env, capture_output=True, text=True)
 
 
-def _apply(cluster: LocalCluster, component: str, **values: str) -> None:
-    text = render_text(component, namespace=NAMESPACE, pull_policy="Never", **values)
-    cluster.kubectl("apply", "-f", "-", input=text)
+def _operator_story(cluster: LocalCluster) -> str:
+    status = cluster.kubectl("get", "sr", "-o", "yaml", check=False).stdout
+    pods = cluster.kubectl("-n", NAMESPACE, "get", "pods", "-o", "wide", check=False).stdout
+    logs = cluster.kubectl(
+        "-n", NAMESPACE, "logs", "-l", "app.kubernetes.io/name=sro-operator", "--tail=20", check=False
+    ).stdout
+    return f"{pods}\n{status}\noperator log:\n{logs}\nNext: sro status; kubectl -n {NAMESPACE} describe pods"
 
 
-def simulated_driver(example: str = "8gpu-nvlink.yaml") -> None:
-    """Install the simulated GPU driver on this node (what a driver DaemonSet does on a real one)."""
-    config = resources.files("sro.devices") / "examples" / example
-    with resources.as_file(config) as path:
-        out = subprocess.run(
-            [sys.executable, "-m", "sro", "driver", "simulate", "--config", str(path)],
-            capture_output=True,
-            text=True,
-        )
-    if out.returncode != 0:
-        raise ClusterError(f"sro driver simulate failed: {out.stderr.strip() or out.stdout.strip()}")
-
-
-def runtime_files() -> None:
-    """Install the files containerd's `sro` runtime handler runs: its launcher and the hook zipapp for
-    the host's python3, as the runtime state's DaemonSet does on a node (same command)."""
-    argv = [sys.executable, "-m", "sro", "runtime", "install", "--root", RUNTIME_ROOT]
-    out = subprocess.run(
-        [*argv, "--recipe", SIMULATED_GPU.name, "--owner", "demo"], capture_output=True, text=True
-    )
-    if out.returncode != 0:
-        raise ClusterError(f"sro runtime install failed: {out.stderr.strip() or out.stdout.strip()}")
+def walk_states(cluster: LocalCluster, name: str, progress: Progress, timeout: float = 300) -> None:
+    """Print each state as the operator marks it ready on the node, until the node is validated."""
+    seen: set[str] = set()
+    deadline = time.monotonic() + timeout
+    while True:
+        labels = _node(cluster)["metadata"].get("labels", {})
+        for state in STATE_NAMES:
+            if state not in seen and labels.get(state_label(name, state)) == "ready":
+                seen.add(state)
+                progress(f"  {name}: {state} ready on {cluster.node_name}")
+        if labels.get(validated_label(name)) == "true":
+            return
+        if time.monotonic() > deadline:
+            raise ClusterError(f"timed out after {timeout:.0f}s waiting for the node to be validated\n"
+                               f"{_operator_story(cluster)}")  # fmt: skip
+        time.sleep(0.5)
 
 
 def workload_pod() -> dict[str, Any]:
@@ -129,36 +141,24 @@ def workload_pod() -> dict[str, Any]:
 
 def run(cluster: LocalCluster, progress: Progress) -> tuple[dict[str, Any], str]:
     """The stages; returns the Node as it ends up and the workload's output."""
-    progress("Stage 1/6: the local Kubernetes cluster")
+    progress("Stage 1/5: the local Kubernetes cluster")
     cluster.ensure_up(progress)
-    progress("Stage 2/6: the sro image")
+    progress("Stage 2/5: the sro image")
     from sro.local.images import ensure_sro_image
 
     image = ensure_sro_image(cluster, progress)
+    progress("Stage 3/5: sro install (CRD, RBAC, feature discovery, the operator: 2 replicas, one leads)")
+    out = _sro(cluster, "install", "--image", image)
+    if out.returncode != 0:
+        raise ClusterError(f"sro install failed:\n{out.stdout}{out.stderr}")
+    sr = example_special_resource()
+    name = sr["metadata"]["name"]
     progress(
-        "Stage 3/6: the simulated GPU driver (8 GPUs, 2 NVLink islands, 2 NUMA nodes) and the runtime "
-        f"files of the `{RUNTIME_HANDLER}` handler on the node"
+        f"Stage 4/5: SpecialResource {name} (examples/simulated-gpu.yaml); the operator walks its states"
     )
-    simulated_driver()
-    runtime_files()
-    progress("Stage 4/6: feature discovery (DaemonSet sro-discovery, publishing labels on the Node)")
-    _apply(cluster, "discovery", image=image, sleep_interval="5s")
-    gpu_label = f"{SIMULATED_GPU.label_prefix}count"
-    _wait(
-        "discovery labels on the node",
-        lambda: gpu_label in _node(cluster)["metadata"].get("labels", {}),
-        180,
-        lambda: _logs(cluster, "app.kubernetes.io/name=sro-discovery"),
-    )
-    progress("Stage 5/6: the device plugin (DaemonSet sro-device-plugin-simulated-gpu)")
-    _apply(cluster, "device-plugin", image=image, recipe=SIMULATED_GPU.name, plugin_config=PLUGIN_CONFIG)
-    _wait(
-        f"{RESOURCE} in the node's allocatable",
-        lambda: int(_node(cluster)["status"].get("allocatable", {}).get(RESOURCE, "0")) > 0,
-        180,
-        lambda: _logs(cluster, "app.kubernetes.io/name=sro-device-plugin"),
-    )
-    progress(f"Stage 6/6: a workload asking for {RESOURCE}: 2 (runtimeClassName: {RUNTIME_HANDLER})")
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(sr))
+    walk_states(cluster, name, progress)
+    progress(f"Stage 5/5: a workload asking for {RESOURCE}: 2 (runtimeClassName: {RUNTIME_HANDLER})")
     cluster.kubectl("delete", "pod", WORKLOAD, "--ignore-not-found", "--wait=true", check=False)
     cluster.kubectl("apply", "-f", "-", input=json.dumps(workload_pod()))
 
@@ -197,36 +197,26 @@ def show(cluster: LocalCluster, node: Mapping[str, Any], output: str) -> None:
     gpu.add_row(f"allocatable {RESOURCE}", status.get("allocatable", {}).get(RESOURCE, "0"))
     console.print(gpu)
     console.print(f"[bold]Workload pod {WORKLOAD}[/bold] (asked for {RESOURCE}: 2) printed:")
-    console.print(output.rstrip() or "(nothing)")
+    console.print(output.rstrip() or "(nothing)", markup=False, highlight=False)
+    status = _sro(cluster, "status", "--no-logs")
+    console.print(status.stdout.rstrip(), markup=False, highlight=False)
 
 
 def cleanup(cluster: LocalCluster) -> None:
-    cluster.kubectl("delete", "pod", WORKLOAD, "--ignore-not-found", check=False)
-    for component in ("device-plugin", "discovery"):
-        docs = yaml.safe_load_all(
-            render_text(
-                component, namespace=NAMESPACE, image="x", pull_policy="Never", recipe=SIMULATED_GPU.name
-            )
-        )
-        keep = [d for d in docs if d and d["kind"] != "Namespace"]
-        cluster.kubectl(
-            "delete", "--ignore-not-found", "-f", "-", input=yaml.safe_dump_all(keep), check=False
-        )
-    subprocess.run([sys.executable, "-m", "sro", "discover", "--cleanup", "--node-name", cluster.node_name,
-                    "--kubeconfig", str(cluster.kubeconfig)], capture_output=True, check=False)  # fmt: skip
-    uninstall = [
-        "runtime",
-        "uninstall",
-        "--root",
-        RUNTIME_ROOT,
-        "--recipe",
-        SIMULATED_GPU.name,
-        "--owner",
-        "demo",
-    ]
-    subprocess.run([sys.executable, "-m", "sro", *uninstall], capture_output=True, check=False)
-    subprocess.run(
-        [sys.executable, "-m", "sro", "driver", "simulate", "--remove"], capture_output=True, check=False
+    """Remove the workload, the SpecialResource (the operator's finalizer takes its states away:
+    driver, runtime files, plugin, labels) and then sro itself."""
+    cluster.kubectl("delete", "pod", WORKLOAD, "--ignore-not-found", "--grace-period=1", check=False)
+    name = example_special_resource()["metadata"]["name"]
+    cluster.kubectl("delete", "sr", name, "--ignore-not-found", "--timeout=120s", check=False)
+    _sro(cluster, "uninstall")
+    _sro(
+        cluster,
+        "discover",
+        "--cleanup",
+        "--node-name",
+        cluster.node_name,
+        "--kubeconfig",
+        str(cluster.kubeconfig),
     )
 
 
@@ -235,8 +225,9 @@ def cleanup(cluster: LocalCluster) -> None:
     "--keep/--cleanup", default=True, show_default=True, help="Leave the demo's objects running afterwards."
 )
 def demo(keep: bool) -> None:
-    """Bring up the local cluster, deploy sro's node agents on it, run a GPU workload, show the result.
+    """Bring up the local cluster, install sro, let the operator walk a SpecialResource, run a GPU workload.
 
+    Ends with tables: the node's features, the simulated GPUs, what the workload saw and `sro status`.
     Needs root on a Debian 12 machine with the packages of scripts/setup-host (`make demo` installs
     them). The first run builds Kubernetes from Debian's source package (about 5 minutes, cached).
     The GPUs are simulated: 8 of them, with NVLink islands and NUMA nodes, as real device nodes.
@@ -251,7 +242,7 @@ def demo(keep: bool) -> None:
         print("Removed the demo's objects, labels, runtime files and the simulated driver.", file=sys.stderr)
     else:
         print(
-            f'Next: eval "$(sro local env)"; kubectl -n {NAMESPACE} get pods; kubectl describe node {cluster.node_name}\n'
+            f'Next: eval "$(sro local env)"; kubectl get sr; kubectl -n {NAMESPACE} get pods; sro status\n'
             "      sro simulate fault --device 0 --xid 79   # watch allocatable drop, then --clear\n"
             "      sro demo --cleanup                       # remove what the demo deployed",
             file=sys.stderr,

@@ -1,16 +1,19 @@
-"""`sro demo`'s stages on the real cluster: driver, discovery, device plugin, a 2-GPU workload, cleanup."""
+"""`sro demo`'s stages on the real cluster: sro install, the operator walking the example
+SpecialResource to a validated node, a 2-GPU workload, and a cleanup that leaves nothing of ours."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 
 from sro.api.recipes import SIMULATED_GPU
+from sro.api.specialresource import simulated_opt_in_label
 from sro.demo import cleanup, run
 from sro.local.cluster import LocalCluster
 
-pytestmark = [pytest.mark.e2e, pytest.mark.root]
+pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.timeout(900)]
 
 
 def test_demo_stages_end_with_a_workload_holding_two_simulated_gpus(
@@ -29,6 +32,9 @@ def test_demo_stages_end_with_a_workload_holding_two_simulated_gpus(
         assert "SIMULATED devices" in output and all(v in output for v in visible), output
     finally:
         cleanup(cluster)
-    node_labels = cluster.kubectl("get", "node", cluster.node_name, "--show-labels").stdout
-    assert "sro.dev/simulated-gpu" not in node_labels
-    assert "feature.node.kubernetes.io/" not in node_labels
+    node = json.loads(cluster.kubectl("get", "node", cluster.node_name, "-o", "json").stdout)
+    ours = [
+        k for k in node["metadata"]["labels"] if k.startswith(("sro.dev/", "feature.node.kubernetes.io/"))
+    ]
+    assert ours == [simulated_opt_in_label(SIMULATED_GPU.name)], ours  # `sro local up` sets the opt-in
+    assert cluster.kubectl("get", "crd", "specialresources.sro.dev", check=False).returncode != 0

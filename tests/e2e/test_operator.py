@@ -1,0 +1,358 @@
+"""The special resource operator on the real local cluster, installed with `sro install` from the
+locally built image (two replicas, leader election), walking a `simulated-gpu` SpecialResource.
+
+The tests run in file order and share one installation and one SpecialResource: it goes Ready
+with its states reached in order; a workload gets exactly one device; a deleted state DaemonSet
+comes back; a killed driver pod takes the later states' labels away and they come back in order;
+a killed leader is replaced; a SpecialResource with a bad custom template is Degraded while the
+good one stays Ready; and deleting the SpecialResource leaves nothing behind. Figures (time to
+Ready, takeover time) are printed as FIGURE lines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sro.api.names import RUNTIME_ROOT
+from sro.api.recipes import SIMULATED_GPU
+from sro.api.specialresource import (
+    DEVICE_PLUGIN,
+    DEVICE_PLUGIN_VALIDATION,
+    DRIVER,
+    DRIVER_VALIDATION,
+    FEATURE_DISCOVERY,
+    RUNTIME,
+    reached_annotation,
+    state_label,
+    validated_label,
+)
+from sro.local.cluster import LocalCluster
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+NS = "sro-system"
+SR = "simulated-gpu"
+BAD = "broken-templates"
+CHAIN = (DRIVER, DRIVER_VALIDATION, RUNTIME, DEVICE_PLUGIN, DEVICE_PLUGIN_VALIDATION, FEATURE_DISCOVERY)
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "simulated-gpu.yaml"
+DRIVER_ROOT = Path(SIMULATED_GPU.driver_root)
+
+
+def figure(text: str) -> None:
+    print(f"FIGURE {text}", file=sys.__stderr__, flush=True)
+
+
+def sro(cluster: LocalCluster, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "sro", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 180, every: float = 0.5, why: Callable[[], str] = str) -> float:  # fmt: skip
+    start = time.monotonic()
+    while True:
+        if check():
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{why()}")
+        time.sleep(every)
+
+
+def get_json(cluster: LocalCluster, *args: str) -> Any:
+    return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
+
+
+def sr_doc(cluster: LocalCluster, name: str = SR) -> dict[str, Any]:
+    out = cluster.kubectl("get", "sr", name, "-o", "json", check=False)
+    return json.loads(out.stdout) if out.returncode == 0 else {}
+
+
+def condition(doc: dict[str, Any], ctype: str) -> dict[str, Any]:
+    return next((c for c in doc.get("status", {}).get("conditions", []) if c["type"] == ctype), {})
+
+
+def node_labels(cluster: LocalCluster) -> dict[str, str]:
+    return dict(get_json(cluster, "node", cluster.node_name)["metadata"].get("labels", {}))
+
+
+def debug(cluster: LocalCluster) -> str:
+    pods = cluster.kubectl("-n", NS, "get", "pods", "-o", "wide", check=False).stdout
+    logs = cluster.kubectl(
+        "-n", NS, "logs", "-l", "app.kubernetes.io/name=sro-operator", "--tail=30", check=False
+    )
+    return f"{pods}\n{json.dumps(sr_doc(cluster).get('status', {}), indent=1)}\noperator:\n{logs.stdout}"
+
+
+def is_ready(cluster: LocalCluster, name: str = SR) -> bool:
+    return condition(sr_doc(cluster, name), "Ready").get("status") == "True"
+
+
+def leftovers(cluster: LocalCluster) -> list[str]:
+    """Anything of the SpecialResource still on the cluster or the host."""
+    found = []
+    mine = [
+        k for k in node_labels(cluster) if k in {state_label(SR, s) for s in CHAIN} | {validated_label(SR)}
+    ]
+    found += [f"label {k}" for k in mine]
+    node = get_json(cluster, "node", cluster.node_name)
+    found += [
+        f"taint {t['key']}" for t in node["spec"].get("taints", []) if t["key"].startswith(f"sro.dev/{SR}.")
+    ]
+    found += (
+        [f"annotation {reached_annotation(SR)}"]
+        if reached_annotation(SR) in node["metadata"].get("annotations", {})
+        else []
+    )
+    for kind in ("daemonsets", "pods", "configmaps"):
+        items = get_json(cluster, kind, "-n", NS, "-l", f"sro.dev/specialresource={SR}")["items"]
+        found += [f"{kind}/{i['metadata']['name']}" for i in items]
+    runtime = Path(RUNTIME_ROOT)
+    if runtime.exists():
+        found += [f"runtime file {p}" for p in runtime.rglob("*") if p.is_file() and p.name != "sro-runtime"]
+    found += [f"device node {p}" for p in Path("/dev").glob("sro-simgpu*")]
+    return found
+
+
+@pytest.fixture(scope="module")
+def installed(cluster: LocalCluster, sro_image: str) -> Iterator[None]:
+    """sro installed from the local image, on a node with no sro component of this recipe."""
+    for name in (SR, BAD):
+        cluster.kubectl("delete", "sr", name, "--ignore-not-found", "--timeout=120s", check=False)
+    assert not list(Path("/dev").glob("sro-simgpu*")), "a simulated driver is installed on the node already"
+    t0 = time.monotonic()
+    out = sro(cluster, "install", "--image", sro_image, "--timeout", "240")
+    assert out.returncode == 0, out.stdout + out.stderr
+    figure(f"sro install: {time.monotonic() - t0:.1f} s")
+    yield
+    for name in (SR, BAD):
+        cluster.kubectl("delete", "sr", name, "--ignore-not-found", "--timeout=120s", check=False)
+    out = sro(cluster, "uninstall", "--timeout", "180")
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.fixture(scope="module")
+def ready(cluster: LocalCluster, installed: None) -> float:
+    t0 = time.monotonic()
+    cluster.kubectl("apply", "-f", str(EXAMPLE))
+    took = wait_for("the SpecialResource Ready", lambda: is_ready(cluster), 300, why=lambda: debug(cluster))
+    figure(f"kubectl apply -> SpecialResource Ready (node validated): {took:.1f} s")
+    return time.monotonic() - t0
+
+
+def reached(cluster: LocalCluster) -> dict[str, str]:
+    ann = get_json(cluster, "node", cluster.node_name)["metadata"].get("annotations", {})
+    return dict(kv.split("=", 1) for kv in ann.get(reached_annotation(SR), "").split(",") if "=" in kv)
+
+
+def test_special_resource_goes_ready_with_states_in_order(cluster: LocalCluster, ready: float) -> None:
+    doc = sr_doc(cluster)
+    status = doc["status"]
+    assert status["nodeCount"] == 1 and status["validatedCount"] == 1 and status["ready"] == "True"
+    assert status["resource"] == SIMULATED_GPU.resource
+    assert status["nodes"] == [
+        {"name": cluster.node_name, "state": "validated", "since": status["nodes"][0]["since"]}
+    ]
+    assert condition(doc, "Degraded")["status"] == "False"
+    assert status["states"]["monitoring"].startswith("not deployed")
+    labels = node_labels(cluster)
+    for s in CHAIN:
+        assert labels.get(state_label(SR, s)) == "ready", s
+    assert labels[validated_label(SR)] == "true"
+    # startupTaint: true in the example, and the node is validated: no taint left
+    taints = get_json(cluster, "node", cluster.node_name)["spec"].get("taints", [])
+    assert not [t for t in taints if t["key"] == f"sro.dev/{SR}.not-ready"]
+    times = reached(cluster)
+    order = [times["selected"], *(times[s] for s in CHAIN), times["validated"]]
+    assert order == sorted(order), times
+    # sro status shows the table and exits 0
+    out = sro(cluster, "status")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert cluster.node_name in out.stdout and "validated since" in out.stdout
+    # the operator's metrics say the same
+    assert "sro-operator" in cluster.kubectl("-n", NS, "get", "deploy").stdout
+
+
+def test_a_workload_sees_exactly_its_device(cluster: LocalCluster, ready: float, sro_image: str) -> None:
+    name = "sro-e2e-operator-workload"
+    script = 'echo "VISIBLE=$SRO_VISIBLE_DEVICES"; ls /dev | grep sro-simgpu; simgpu-smi -L'
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "restartPolicy": "Never",
+            "runtimeClassName": "sro",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "localhost/busybox:sro",
+                    "imagePullPolicy": "Never",
+                    "command": ["sh", "-c", script],
+                    "resources": {"limits": {SIMULATED_GPU.resource: "1"}},
+                }
+            ],
+        },
+    }
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
+    try:
+        wait_for(
+            "the workload to finish",
+            lambda: (
+                get_json(cluster, "pod", name, "-n", "default")["status"].get("phase")
+                in ("Succeeded", "Failed")
+            ),
+            120,
+        )
+        logs = cluster.kubectl("logs", name, "-n", "default").stdout
+        assert get_json(cluster, "pod", name, "-n", "default")["status"]["phase"] == "Succeeded", logs
+    finally:
+        cluster.kubectl(
+            "delete", "pod", name, "-n", "default", "--ignore-not-found", "--grace-period=1", check=False
+        )
+    visible = re.search(r"^VISIBLE=(\S+)$", logs, re.M)
+    assert visible and "," not in visible.group(1), logs
+    nodes = re.findall(r"^(sro-simgpu\d+)$", logs, re.M)
+    assert len(nodes) == 1, logs  # exactly one device node (besides sro-simgpuctl)
+    assert "simgpu-smi" not in logs or "GPU" in logs
+
+
+def delete_and_wait_for_return(cluster: LocalCluster, ds: str) -> float:
+    """Delete a state's DaemonSet; seconds until the operator has made a new one (a new uid)."""
+    uid = get_json(cluster, "daemonset", ds, "-n", NS)["metadata"]["uid"]
+    cluster.kubectl("-n", NS, "delete", "daemonset", ds, "--wait=false")
+
+    def back() -> bool:
+        out = cluster.kubectl("-n", NS, "get", "daemonset", ds, "-o", "jsonpath={.metadata.uid}", check=False)
+        return out.returncode == 0 and out.stdout not in ("", uid)
+
+    return wait_for(f"DaemonSet {ds} to come back", back, 90, why=lambda: debug(cluster))
+
+
+def test_a_deleted_state_daemonset_comes_back(cluster: LocalCluster, ready: float) -> None:
+    took = delete_and_wait_for_return(cluster, f"sro-{SR}-device-plugin")
+    figure(f"deleted state DaemonSet re-created after {took:.1f} s")
+    wait_for("Ready again", lambda: is_ready(cluster), 180, why=lambda: debug(cluster))
+
+
+def test_killed_driver_pod_takes_later_states_away_and_they_return_in_order(
+    cluster: LocalCluster, ready: float
+) -> None:
+    wait_for("Ready", lambda: is_ready(cluster), 180, why=lambda: debug(cluster))
+    driver = get_json(cluster, "pods", "-n", NS, "-l", f"sro.dev/specialresource={SR},sro.dev/state=driver")[
+        "items"
+    ]
+    assert len(driver) == 1
+    killed_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    cluster.kubectl("-n", NS, "delete", "pod", driver[0]["metadata"]["name"], "--wait=false")
+    seen_gone: set[str] = set()
+
+    def watch_labels() -> bool:
+        labels = node_labels(cluster)
+        seen_gone.update(s for s in CHAIN if state_label(SR, s) not in labels)
+        return validated_label(SR) not in labels
+
+    wait_for("the node to lose its validated label", watch_labels, 60, every=0.2)
+    def validated_again() -> bool:
+        watch_labels()
+        return node_labels(cluster).get(validated_label(SR)) == "true"
+
+    took = wait_for("the node validated again", validated_again, 240, every=0.2, why=lambda: debug(cluster))
+    figure(f"driver pod killed -> node validated again after {took:.1f} s")
+    assert {DRIVER_VALIDATION, RUNTIME, DEVICE_PLUGIN, DEVICE_PLUGIN_VALIDATION} <= seen_gone, seen_gone
+    times = reached(cluster)
+    later = [times[s] for s in CHAIN[1:]]
+    assert later == sorted(later) and later[0] >= killed_at, (killed_at, times)
+
+
+def test_leader_killed_the_other_replica_takes_over(cluster: LocalCluster, ready: float) -> None:
+    lease = get_json(cluster, "lease", "sro-operator", "-n", NS)
+    leader = lease["spec"]["holderIdentity"]
+    pods = get_json(cluster, "pods", "-n", NS, "-l", "app.kubernetes.io/name=sro-operator")["items"]
+    assert leader in {p["metadata"]["name"] for p in pods} and len(pods) == 2, (leader, pods)
+    t0 = time.monotonic()
+    cluster.kubectl("-n", NS, "delete", "pod", leader, "--wait=false")
+
+    def new_leader() -> bool:
+        holder = get_json(cluster, "lease", "sro-operator", "-n", NS)["spec"].get("holderIdentity")
+        return bool(holder) and holder != leader
+
+    took = wait_for("another replica to hold the lease", new_leader, 60)
+    figure(f"leader deleted -> other replica leads after {took:.1f} s")
+    # the new leader acts: a deleted DaemonSet comes back, and the SpecialResource converges
+    delete_and_wait_for_return(cluster, f"sro-{SR}-device-plugin")
+    wait_for("Ready under the new leader", lambda: is_ready(cluster), 240, why=lambda: debug(cluster))
+    figure(f"leader deleted -> converged again after {time.monotonic() - t0:.1f} s")
+
+
+def test_bad_custom_template_is_degraded_while_the_good_one_stays_ready(
+    cluster: LocalCluster, ready: float
+) -> None:
+    recipe = (
+        "name: broken-templates\nresource: example.com/broken\nbackend: simulated\npciVendor: '1d0f'\n"
+        "visibleDevicesEnv: BROKEN_VISIBLE_DEVICES\ndeviceNode: /dev/broken{index}\n"
+    )
+    cms = {
+        "broken-recipe": {"recipe.yaml": recipe},
+        "broken-manifests": {
+            "device-plugin.0600_extra.yaml": "kind: ConfigMap\nmetadata: {name: {{ no_such_value }}}\n"
+        },
+    }
+    for name, data in cms.items():
+        cm = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": NS},
+            "data": data,
+        }
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(cm))
+    bad = {
+        "apiVersion": "sro.dev/v1alpha1",
+        "kind": "SpecialResource",
+        "metadata": {"name": BAD},
+        "spec": {
+            "recipe": "broken-templates",
+            "recipeConfigMap": "broken-recipe",
+            "customManifests": "broken-manifests",
+        },
+    }
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(bad))
+    try:
+        wait_for(
+            "the bad one Degraded",
+            lambda: condition(sr_doc(cluster, BAD), "Degraded").get("status") == "True",
+            60,
+        )
+        degraded = condition(sr_doc(cluster, BAD), "Degraded")
+        assert degraded["reason"] == "RenderFailed" and "no_such_value" in degraded["message"], degraded
+        assert "device-plugin/0600_extra.yaml (custom)" in degraded["message"]
+        assert not get_json(cluster, "daemonsets", "-n", NS, "-l", f"sro.dev/specialresource={BAD}")["items"]
+        assert is_ready(cluster)
+    finally:
+        cluster.kubectl("delete", "sr", BAD, "--timeout=60s", check=False)
+        for name in cms:
+            cluster.kubectl("-n", NS, "delete", "configmap", name, "--ignore-not-found", check=False)
+
+
+def test_deleting_the_special_resource_leaves_nothing(cluster: LocalCluster, ready: float) -> None:
+    t0 = time.monotonic()
+    cluster.kubectl("delete", "sr", SR, "--timeout=120s")
+    figure(f"SpecialResource deleted (finalizer done) in {time.monotonic() - t0:.1f} s")
+    wait_for("nothing left", lambda: not leftovers(cluster), 60, why=lambda: "\n".join(leftovers(cluster)))
+    assert not (DRIVER_ROOT / "devices.json").exists()

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from sro.api import passthrough
+from sro.api.names import RUNTIME_LAUNCHER
 from sro.api.recipes import SIMULATED_GPU
 from sro.api.specialresource import simulated_opt_in_label
 from sro.local import cleanup, supervisor
@@ -45,12 +47,36 @@ PREREQUISITES = {
 }
 
 
+RUNC = "/usr/sbin/runc"
+
+
 class ClusterError(RuntimeError):
     """Something stops the cluster from coming up; the message says what and what to run."""
 
 
 def _quiet(_: str) -> None:
     pass
+
+
+def ensure_launcher(path: Path = Path(RUNTIME_LAUNCHER), runc: str = RUNC) -> bool:
+    """Write the pass-through launcher at `path` unless something is there; whether it wrote.
+
+    containerd's handler `sro` names `path` as its runc binary: with none there, no pod of the
+    RuntimeClass could start, stop or be deleted until `sro runtime install` writes the real one.
+    Linked into place, so a launcher an installer writes meanwhile is never overwritten."""
+    if os.path.lexists(path):
+        return False
+    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(passthrough.render(runc))
+        tmp.chmod(0o755)
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
+    return True
 
 
 def node_ip() -> str:
@@ -219,6 +245,8 @@ class LocalCluster:
         self.layout.admin_kubeconfig.write_text(admin_kubeconfig(self.layout))
         self.layout.admin_kubeconfig.chmod(0o600)
         _enable_forwarding()
+        if ensure_launcher():
+            progress(f"Wrote the pass-through launcher {RUNTIME_LAUNCHER} (runc only) for the handler")
         started: list[str] = []
         try:
             for comp in self._components(self.layout.bin):
@@ -289,7 +317,13 @@ class LocalCluster:
         self.kubectl("apply", "-f", "-", input=runtime_class)
         # The node opts in to the simulated GPU recipe, as an admin would label a node of a real
         # cluster: a simulated-gpu SpecialResource selects it (there is no PCI device to match).
-        self.kubectl("label", "node", self.node.name, f"{simulated_opt_in_label(SIMULATED_GPU.name)}=true", "--overwrite")
+        self.kubectl(
+            "label",
+            "node",
+            self.node.name,
+            f"{simulated_opt_in_label(SIMULATED_GPU.name)}=true",
+            "--overwrite",
+        )
 
     def restart_kubelet(self, down_seconds: float = 0.0) -> None:
         """Stop the kubelet, wait, start it again (device-plugin re-registration tests)."""

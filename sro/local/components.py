@@ -111,7 +111,8 @@ state = "{layout.containerd_state}"
     SystemdCgroup = false
 
 # `sro runtime`: the runc wrapper that injects devices into containers that ask for them. Its launcher
-# is not ours to write: `sro runtime install` puts it there (the runtime state's DaemonSet, or a test).
+# is `sro runtime install`'s to write (the runtime state's DaemonSet, or a test); `up` only puts the
+# pass-through one (runc alone) there when there is none, so that the handler always has a binary.
 [{cri}.containerd.runtimes.{RUNTIME_HANDLER}]
   runtime_type = "io.containerd.runc.v2"
   [{cri}.containerd.runtimes.{RUNTIME_HANDLER}.options]

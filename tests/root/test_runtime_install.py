@@ -66,7 +66,57 @@ def test_installed_launcher_injects_with_runc(
         assert f"sys.path.insert(0,{archive!r})" in e["args"][4]
     assert leftover_processes(str(bundle.path)) == []
     installing.uninstall(str(root))
+    assert sorted(p.name for p in root.iterdir()) == ["sro-runtime"]  # the pass-through launcher
+    installing.uninstall(str(root), purge=True)
     assert not any(root.iterdir())
+
+
+def test_containers_of_the_launcher_can_still_be_stopped_after_uninstall(
+    tmp_path: Path, bundle: Bundle, driver: Driver
+) -> None:
+    """containerd keeps calling the handler's binary for `state`, `kill`, `delete`: once the last
+    recipe is uninstalled the pass-through launcher must still reach the container `create` made."""
+    if not Path(HOST_PYTHON).exists():
+        pytest.skip(f"no {HOST_PYTHON} on this machine")
+    root = tmp_path / "runtime"
+    _install(root, driver)
+    launcher = root / "sro-runtime"
+    bundle.spec["process"]["args"] = ["sleep", "300"]
+    bundle.spec["process"]["env"] = ["PATH=/bin:/sbin", "SRO_VISIBLE_DEVICES=0"]  # through the wrapper
+    bundle.write()
+    cid = "inst-passthrough"
+    state = ["--root", str(bundle.state_root)]
+
+    def call(exe: Path | str, *args: str) -> subprocess.CompletedProcess[str]:
+        out = tmp_path / "out"
+        with out.open("w") as f:  # a file, not a pipe: the container's init inherits it
+            res = subprocess.run(
+                [str(exe), *state, *args],
+                stdin=subprocess.DEVNULL,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                timeout=60,
+                cwd=tmp_path,
+                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+            )
+        return subprocess.CompletedProcess(res.args, res.returncode, out.read_text())
+
+    try:
+        created = call(launcher, "create", "--bundle", str(bundle.path), cid)
+        assert created.returncode == 0, created.stdout
+        assert call(launcher, "start", cid).returncode == 0
+        installing.uninstall(str(root))  # the last owner goes (SIGTERM of --wait does the same)
+        assert sorted(p.name for p in root.iterdir()) == ["sro-runtime"]
+        assert "sro-hook.pyz" not in launcher.read_text() and launcher.stat().st_mode & 0o111
+        seen = call(launcher, "state", cid)
+        assert seen.returncode == 0 and json.loads(seen.stdout)["status"] == "running", seen.stdout
+        assert call(launcher, "kill", cid, "KILL").returncode == 0
+        deleted = call(launcher, "delete", "-f", cid)
+        assert deleted.returncode == 0, deleted.stdout
+        assert call(RUNC, "state", cid).returncode != 0  # gone for runc too
+    finally:
+        subprocess.run([RUNC, *state, "delete", "-f", cid], capture_output=True)
+    assert leftover_processes(str(bundle.path)) == []
 
 
 @pytest.mark.skipif(shutil.which("podman") is None, reason="podman not installed")

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from sro.api import passthrough
 from sro.cli import cli
+from sro.local.cluster import ensure_launcher
 from sro.node.runtime import bundling, installing
 from sro.node.runtime.installing import InstallError, Settings
 
@@ -47,6 +49,16 @@ def _host(tmp_path: Path) -> Path:
 
 def _settings(root: Path, **kw: str) -> Settings:
     return Settings(host_dir=kw.pop("host_dir", str(root)), **kw)
+
+
+def _only_passthrough_left(root: Path, runc: str = "/usr/sbin/runc") -> bool:
+    """What a last uninstall leaves: the pass-through launcher, executable, and nothing else of sro's."""
+    launcher = root / "sro-runtime"
+    return (
+        sorted(p.name for p in root.iterdir()) == ["sro-runtime"]
+        and launcher.read_text() == passthrough.render(runc)
+        and launcher.stat().st_mode & 0o7777 == 0o755
+    )
 
 
 def _files(root: Path) -> dict[str, tuple[int, bytes]]:
@@ -144,8 +156,10 @@ def test_recipes_share_the_files_and_uninstall_removes_one_at_a_time(tmp_path: P
         "cdi",
         "cdi/someone-else.json",
         "mine.txt",
+        "sro-runtime",  # the pass-through launcher, listed by no manifest
     ]
     assert installing.uninstall(str(root)) is None  # nothing left to do
+    assert (root / "sro-runtime").read_text() == passthrough.render("/usr/sbin/runc")
 
 
 def test_a_recipe_stays_while_an_owner_still_uses_it(tmp_path: Path) -> None:
@@ -163,11 +177,11 @@ def test_a_recipe_stays_while_an_owner_still_uses_it(tmp_path: Path) -> None:
     assert any("not installed by nobody" in line for line in log), log
     assert any("stays installed: still used by sr-b" in line for line in log), log
     installing.uninstall(str(root), (SIM,), owner="sr-b")
-    assert not any(root.iterdir())
+    assert _only_passthrough_left(root)
     for owner in ("sr-a", "sr-b"):
         installing.install(str(root), {SIM: None}, settings, host_root=str(host), owner=owner)
     installing.uninstall(str(root), owner=None)  # every claim: `uninstall --any-owner`
-    assert not any(root.iterdir())
+    assert _only_passthrough_left(root)
 
 
 def test_uninstall_leaves_files_replaced_by_someone_else(tmp_path: Path) -> None:
@@ -253,6 +267,11 @@ def test_cli_install_uninstall_and_missing_python(tmp_path: Path) -> None:
     assert res.exit_code == 0 and (root / "sro-runtime").exists(), res.output
     res = runner.invoke(cli, ["runtime", "uninstall", "--root", str(root)])
     assert res.exit_code == 0, res.output
+    assert _only_passthrough_left(root) and "pass-through launcher" in res.output
+    res = runner.invoke(cli, ["runtime", "uninstall", "--root", str(root)])  # it stays
+    assert res.exit_code == 0 and _only_passthrough_left(root), res.output
+    res = runner.invoke(cli, ["runtime", "uninstall", "--root", str(root), "--purge"])
+    assert res.exit_code == 0, res.output
     assert not any(root.iterdir())
 
 
@@ -278,4 +297,62 @@ def test_cli_wait_removes_what_it_installed_on_sigterm(tmp_path: Path) -> None:
             proc.kill()
             proc.wait()
     assert proc.returncode == 0, err
-    assert "SIGTERM: removing" in err and not ready.exists() and not any(root.iterdir())
+    assert "SIGTERM: removing" in err and not ready.exists() and _only_passthrough_left(root)
+
+
+def _run(launcher: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+    return subprocess.run([str(launcher), *args], capture_output=True, text=True, timeout=30, env=env)
+
+
+def test_the_last_uninstall_leaves_a_pass_through_launcher_to_runc(tmp_path: Path) -> None:
+    runc = "/usr/sbin/runc"
+    if not os.access(runc, os.X_OK):
+        pytest.skip(f"no {runc} on this machine")
+    root = tmp_path / "runtime"
+    settings = _settings(root, python=sys.executable, runc=runc)
+    installing.install(str(root), {SIM: None}, settings, with_cdi=False)
+    launcher = root / "sro-runtime"
+    full = launcher.read_text()
+    inode = launcher.stat().st_ino
+    log: list[str] = []
+    installing.uninstall(str(root), log=log.append)
+    assert _only_passthrough_left(root, runc) and launcher.stat().st_ino != inode  # renamed over it
+    assert any("pass-through launcher" in line for line in log), log
+    res = _run(launcher, "--version")
+    assert res.returncode == 0 and res.stdout == _run(Path(runc), "--version").stdout, res.stderr
+    assert res.stdout.startswith("runc version")
+
+    m = installing.install(str(root), {SIM: None}, settings, with_cdi=False)  # replaces it
+    assert launcher.read_text() == full and "sro-runtime" in m.files
+    installing.uninstall(str(root), purge=True)  # the manifest's last recipe, --purge: all goes
+    assert not any(root.iterdir())
+
+
+def test_purge_removes_only_a_pass_through_launcher(tmp_path: Path) -> None:
+    root = tmp_path / "runtime"
+    root.mkdir()
+    launcher = root / "sro-runtime"
+    launcher.write_text('#!/bin/sh\nexec /opt/other/runtime "$@"\n')  # not sro's: stays
+    log: list[str] = []
+    assert installing.uninstall(str(root), log=log.append, purge=True) is None
+    assert launcher.exists() and any("not a launcher sro wrote" in line for line in log), log
+    launcher.write_text(passthrough.render("/usr/sbin/runc"))
+    installing.uninstall(str(root), purge=False)
+    assert launcher.exists()  # a plain uninstall never removes it
+    installing.uninstall(str(root), purge=True)
+    assert not launcher.exists()
+    assert passthrough.is_passthrough(passthrough.render("/opt/x y/runc").encode())
+    assert "exec '/opt/x y/runc' \"$@\"" in passthrough.render("/opt/x y/runc")
+    with pytest.raises(ValueError, match="absolute"):
+        passthrough.render("runc")
+
+
+def test_local_up_writes_the_pass_through_launcher_only_where_none_is(tmp_path: Path) -> None:
+    launcher = tmp_path / "var" / "lib" / "sro" / "runtime" / "sro-runtime"
+    assert ensure_launcher(launcher, "/usr/sbin/runc")
+    assert launcher.read_text() == passthrough.render("/usr/sbin/runc")
+    assert launcher.stat().st_mode & 0o7777 == 0o755
+    assert sorted(p.name for p in launcher.parent.iterdir()) == ["sro-runtime"]  # no temporary left
+    launcher.write_text("the real one")
+    assert not ensure_launcher(launcher, "/usr/sbin/runc") and launcher.read_text() == "the real one"

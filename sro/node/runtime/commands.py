@@ -141,8 +141,9 @@ def runtime(args: tuple[str, ...]) -> None:
 
     `sro runtime install --root DIR [options]` installs the node's runtime files for the host (the
     hook as a zipapp, the launcher, hooks.d, CDI specs); `sro runtime uninstall --root DIR` removes
-    them; `--help` after either says more. `sro runtime write-launcher PATH [--mode hook|cdi] [hook
-    options]` writes a launcher that runs this installation's own Python (development only).
+    them but for a pass-through launcher (`--purge`: that too); `--help` after either says more.
+    `sro runtime write-launcher PATH [--mode hook|cdi] [hook options]` writes a launcher that runs
+    this installation's own Python (development only).
     """
     from sro.node.runtime import launcher, wrapper
 
@@ -203,7 +204,9 @@ def _log(message: str) -> None:
 @click.option(
     "--owner", default="default", show_default=True, help="Who asks (uninstall drops only its claim)."
 )
-@click.option("--wait", is_flag=True, help="Stay running; on SIGTERM/SIGINT remove what was installed.")
+@click.option(
+    "--wait", is_flag=True, help="Stay running; on SIGTERM/SIGINT drop this claim as `uninstall` does."
+)
 @click.option("--ready-file", default=None, help="Written once installed (a readiness probe tests it).")
 def install_command(
     root: str,
@@ -227,7 +230,8 @@ def install_command(
     per recipe with devices, and manifest.json. Fails if the host has no --python. Idempotent.
 
     The files are shared by every recipe and owner on the node (the runtime state of each
-    SpecialResource names its own --owner); the manifest records both."""
+    SpecialResource names its own --owner); the manifest records both. A pass-through launcher an
+    earlier uninstall left is replaced."""
     import signal
 
     from sro.node.runtime import installing
@@ -273,13 +277,24 @@ def install_command(
 @click.option("--recipe", multiple=True, help="Repeatable; default: every recipe installed there.")
 @click.option("--owner", default="default", show_default=True, help="Whose claim to drop.")
 @click.option("--any-owner", is_flag=True, help="Drop every owner's claim on the recipes.")
-def uninstall_command(root: str, recipe: tuple[str, ...], owner: str, any_owner: bool) -> None:
+@click.option(
+    "--purge",
+    is_flag=True,
+    help="Every owner's claim, and the launcher too: only once no container of the handler remains.",
+)
+def uninstall_command(root: str, recipe: tuple[str, ...], owner: str, any_owner: bool, purge: bool) -> None:
     """Remove what `sro runtime install` wrote in --root (only files its manifest lists): a recipe
-    no owner uses any more loses its CDI spec; with the last recipe go the zipapp, the launcher,
-    hooks.d and the manifest."""
+    no owner uses any more loses its CDI spec; with the last recipe go the zipapp, hooks.d, the CDI
+    specs and the manifest, and the launcher becomes a pass-through one that only runs runc:
+    containerd runs the launcher to stop and delete every container the runtime handler started.
+
+    --purge drops every owner's claim (as --any-owner) and removes the launcher as well (or the
+    pass-through one an earlier uninstall left). Use it only when no container started through the
+    handler remains (none running, none stopped and not yet deleted): those could not be stopped."""
     from sro.node.runtime import installing
 
+    who = None if any_owner or purge else owner
     try:
-        installing.uninstall(os.path.abspath(root), recipe, log=_log, owner=None if any_owner else owner)
+        installing.uninstall(os.path.abspath(root), recipe, log=_log, owner=who, purge=purge)
     except installing.InstallError as e:
         raise click.ClickException(str(e)) from None

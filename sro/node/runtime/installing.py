@@ -8,7 +8,8 @@ BinaryName, a hooks.d entry for CRI-O/podman and a CDI spec per recipe, all nami
 Layout of the root (RUNTIME_ROOT, /var/lib/sro/runtime, on a node):
 
     sro-hook.pyz            the hook + wrapper zipapp (stdlib only)
-    sro-runtime             the launcher (0755): containerd's runtime handler `sro` execs it
+    sro-runtime             the launcher (0755): containerd's runtime handler `sro` execs it; with
+                            no recipe left, the pass-through launcher (runc only) stands there
     hooks.d/sro-hook.json   oci-hooks 1.0.0 entry (CRI-O: hooks_dir; podman: --hooks-dir)
     cdi/<vendor>-<class>.json   one CDI spec per recipe with devices on this node (CRI-O, containerd >= 1.7)
     manifest.json           what was installed, for whom, with which settings; uninstall removes only that
@@ -18,7 +19,10 @@ for each, its owners (who asked for it: the runtime state's DaemonSet of each Sp
 test, the demo), and the launcher and hooks.d entry act for exactly those recipes (`--recipe` each).
 Installing adds a recipe or an owner; uninstalling drops an owner, and a recipe with no owner left
 loses its CDI spec while the shared files are rewritten for the rest; once no recipe is left, every
-file the manifest lists is removed, the manifest last. Concurrent installers (one per
+file the manifest lists is removed, the manifest last, but for the launcher: containerd runs it for
+`state`, `kill` and `delete` of every container the handler started, so it is replaced (atomically)
+by a pass-through one that only execs runc (`sro.api.passthrough`), listed nowhere; the next install
+writes over it, and only `uninstall --purge` removes it. Concurrent installers (one per
 SpecialResource) take turns through a lock on the root directory. Writes are atomic (a temporary
 file renamed over the old one) and skipped where the bytes and mode are already right.
 
@@ -35,9 +39,10 @@ import json
 import os
 import subprocess
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from sro import __version__
+from sro.api import passthrough
 from sro.api.names import RUNTIME_LAUNCHER
 from sro.api.recipes import BUILTIN, Recipe
 from sro.node.runtime import bundling, cdi, driverfiles, launcher, specedits
@@ -477,18 +482,54 @@ def _checked_archive(root: str, settings: Settings, archive: File | None) -> str
         os.unlink(tmp)
 
 
+def _leave_passthrough(root: str, runc: str, log: Log) -> None:
+    """Put the pass-through launcher where the launcher is, in one rename (never a moment without
+    one); a symlink or other non-file there now is not sro's and stays."""
+    path = os.path.join(root, LAUNCHER_NAME)
+    if os.path.islink(path):
+        log(f"left {path}: a symlink now, not the file sro wrote")
+        return
+    if os.path.lexists(path) and not os.path.isfile(path):
+        log(f"left {path}: not a regular file any more")
+        return
+    write_atomic(path, File(passthrough.render(runc).encode(), 0o755))
+    log(f"left {path}, now a pass-through launcher (runc only): its containers can still be stopped")
+
+
+def _purge_passthrough(root: str, log: Log) -> None:
+    """Remove a pass-through launcher an earlier uninstall left (no manifest lists it)."""
+    path = os.path.join(root, LAUNCHER_NAME)
+    if os.path.islink(path) or not os.path.isfile(path):
+        return
+    with open(path, "rb") as f:
+        data = f.read(8192)
+    if passthrough.is_passthrough(data):
+        os.unlink(path)
+        log(f"removed {path}")
+    else:
+        log(f"left {path}: not a launcher sro wrote")
+
+
 def uninstall(
-    root: str, recipes: tuple[str, ...] = (), log: Log = _quiet, owner: str | None = DEFAULT_OWNER
+    root: str,
+    recipes: tuple[str, ...] = (),
+    log: Log = _quiet,
+    owner: str | None = DEFAULT_OWNER,
+    purge: bool = False,
 ) -> Manifest | None:
     """Drop `owner`'s claim on `recipes` (default: all) in `root` (owner None: every claim). A recipe
-    nobody owns any more loses its CDI spec; once none is left, every file the manifest lists goes.
-    Files the manifest does not list are never touched."""
+    nobody owns any more loses its CDI spec; once none is left, every file the manifest lists goes,
+    but the launcher becomes the pass-through one (containerd still runs it to stop the containers
+    it started) unless `purge`, which removes that too (only safe once no such container remains).
+    Files the manifest does not list are never touched, but for a pass-through launcher on `purge`."""
     if not os.path.isdir(root):
         log(f"nothing installed in {root}")
         return None
     with _Locked(root):
         old = read_manifest(root)
         if old is None:
+            if purge:
+                _purge_passthrough(root, log)
             log(f"nothing installed in {root} (no {MANIFEST})")
             return None
         asked = set(recipes or old.recipes)
@@ -510,5 +551,8 @@ def uninstall(
             files[bundling.ARCHIVE_NAME] = None  # the same code keeps running: leave the archive be
             cdi_paths = {f"{CDI_DIR}/{cdi.spec_file_name(BUILTIN[n], 'json')}" for n in left if n in BUILTIN}
             files.update(dict.fromkeys(cdi_paths & set(old.files)))
+        elif not purge:
+            _leave_passthrough(root, old.settings.runc, log)
+            old = replace(old, files={k: v for k, v in old.files.items() if k != LAUNCHER_NAME})
         notes = tuple(n for n in old.notes if n.split(":", 1)[0] in left)
         return _apply(root, old, Manifest(old.settings, left, {}, notes, owners), files, log)

@@ -6,6 +6,9 @@ shell and execs runc directly for everything else, so the wrapper costs nothing 
 On `create` it first greps the bundle's config.json for anything that could ask for devices (a
 superset: `*_VISIBLE_DEVICES=`, `"sro.dev/`, `"cdi.k8s.io/`); only then does it exec
 `<python> -I -S -c <bootstrap of sro.node.runtime.wrapper>`, with a fixed environment.
+
+Once no recipe is installed, `sro runtime uninstall` puts the pass-through launcher of
+`sro.api.passthrough` (it only execs runc) in its place, so the handler always has a binary.
 """
 
 from __future__ import annotations

@@ -269,6 +269,7 @@ def test_killed_driver_pod_takes_later_states_away_and_they_return_in_order(
         return validated_label(SR) not in labels
 
     wait_for("the node to lose its validated label", watch_labels, 60, every=0.2)
+
     def validated_again() -> bool:
         watch_labels()
         return node_labels(cluster).get(validated_label(SR)) == "true"

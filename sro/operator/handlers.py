@@ -102,6 +102,34 @@ class Operator:
         return True
 
 
+SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def in_cluster_login() -> kopf.ConnectionInfo | None:
+    """The pod's service account, with the API server's address from the environment.
+
+    kopf's own `login_with_service_account` names `kubernetes.default.svc`, which needs cluster DNS;
+    the kubelet's KUBERNETES_SERVICE_HOST/PORT work everywhere (client-go does the same).
+    """
+    host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+    if not host or not os.path.exists(f"{SERVICE_ACCOUNT}/token"):
+        return None
+    with open(f"{SERVICE_ACCOUNT}/token") as f:
+        token = f.read().strip()
+    server = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+    namespace = None
+    if os.path.exists(f"{SERVICE_ACCOUNT}/namespace"):
+        with open(f"{SERVICE_ACCOUNT}/namespace") as f:
+            namespace = f.read().strip()
+    return kopf.ConnectionInfo(
+        server=server,
+        ca_path=f"{SERVICE_ACCOUNT}/ca.crt",
+        scheme="Bearer",
+        token=token,
+        default_namespace=namespace,
+    )
+
+
 def build_registry(op: Operator) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
 
@@ -118,7 +146,7 @@ def build_registry(op: Operator) -> kopf.OperatorRegistry:
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         if os.environ.get("KUBECONFIG"):
             return kopf.login_with_kubeconfig(**kwargs)
-        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+        return in_cluster_login() or kopf.login_with_kubeconfig(**kwargs)
 
     @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, cancellation_backoff=3, cancellation_timeout=10)
     async def walk_states(name: str, stopped: kopf.DaemonStopped, **_: Any) -> None:

@@ -23,7 +23,6 @@ from sro.api.names import IMAGE, NAMESPACE
 from sro.installing import (
     DEPLOY_COMMAND,
     DEPLOY_PULL_POLICY,
-    DISCOVERY,
     OPERATOR_DEPLOYMENT,
     InstallError,
     Key,
@@ -35,7 +34,7 @@ from sro.installing import (
     write_tree,
 )
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # whole lines: logs and tests read them
 Progress = Callable[[str], None]
 POLL = 0.5  # seconds between checks while waiting: a second install is done after one look
 
@@ -243,8 +242,8 @@ def _gone(client: Any, obj: dict[str, Any]) -> Check:
 @click.option(
     "--force",
     is_flag=True,
-    help="When SpecialResources outlive --timeout (no operator left to run their finalizer), remove "
-    "their finalizers and go on; what they created on the nodes stays.",
+    help="Do not wait for the operator to finalize the SpecialResources: remove their finalizers at "
+    "once (when no operator runs); what they created on the nodes stays.",
 )
 @timeout_option
 @kubeconfig_option
@@ -274,17 +273,12 @@ def uninstall(namespace: str, keep_crd: bool, force: bool, timeout: float, kubec
                 continue
             if applying.delete(client, obj):
                 progress(f"deleted {key(obj)}")
-                wait_for(
-                    str(key(obj)),
-                    _gone(client, obj),
-                    timeout,
-                    progress,
-                )
+                wait_for(str(key(obj)), _gone(client, obj), timeout, progress)
             else:
                 progress(f"absent  {key(obj)}")
         progress(
-            f"Done. Discovery's feature labels stay on the nodes; `sro discover --cleanup --node-name NODE` "
-            f"removes them (the DaemonSet {DISCOVERY} is gone)."
+            "Done. The feature labels discovery published stay on the nodes; "
+            "`sro discover --cleanup --node-name NODE` removes them from a node."
         )
 
 
@@ -308,20 +302,16 @@ def _delete_special_resources(
         )
         return not left, f"{len(left)} SpecialResource(s) to be finalized by the operator: {detail}"
 
-    try:
-        wait_for(
-            "SpecialResources",
-            gone,
-            timeout,
-            progress,
-            hint=f"Is the operator running? kubectl -n {namespace} get pods -l app.kubernetes.io/name=sro-operator\n"
-            "`sro uninstall --force` removes their finalizers instead (what they created on the nodes stays).",
-        )
-    except WaitTimeout:
-        if not force:
-            raise
+    if force:
         for sr in applying.special_resources(client):
             applying.drop_finalizers(client, sr["metadata"]["name"])
             progress(f"removed the finalizers of SpecialResource {sr['metadata']['name']} (--force)")
-        wait_for("SpecialResources", gone, timeout, progress)
+    wait_for(
+        "SpecialResources",
+        gone,
+        timeout,
+        progress,
+        hint=f"Is the operator running? kubectl -n {namespace} get pods -l app.kubernetes.io/name=sro-operator\n"
+        "`sro uninstall --force` removes their finalizers instead (what they created on the nodes stays).",
+    )
     progress("every SpecialResource is gone")

@@ -40,6 +40,8 @@ def _what(obj: Mapping[str, Any]) -> str:
 
 
 def _code(e: Exception) -> int:
+    if isinstance(e, httpx.HTTPStatusError):  # lightkube's list raises these as they are
+        return e.response.status_code
     return int(getattr(getattr(e, "status", None), "code", 0) or 0)
 
 
@@ -48,6 +50,8 @@ def _error(action: str, what: str, e: Exception) -> KubeError:
         return KubeError(
             f"{action} {what}: {e.status.code} {e.status.reason or ''}: {e.status.message or ''}"
         )
+    if isinstance(e, httpx.HTTPStatusError):
+        return KubeError(f"{action} {what}: {e.response.status_code} {e.response.reason_phrase}")
     return KubeError(f"{action} {what}: API server unreachable ({type(e).__name__}: {e})")
 
 

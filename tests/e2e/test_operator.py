@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -184,8 +185,15 @@ def test_special_resource_goes_ready_with_states_in_order(cluster: LocalCluster,
     out = sro(cluster, "status")
     assert out.returncode == 0, out.stdout + out.stderr
     assert cluster.node_name in out.stdout and "validated since" in out.stdout
-    # the operator's metrics say the same
-    assert "sro-operator" in cluster.kubectl("-n", NS, "get", "deploy").stdout
+    # the leader's metrics say the same (pod IPs are reachable from the node)
+    leader = get_json(cluster, "lease", "sro-operator", "-n", NS)["spec"]["holderIdentity"]
+    ip = get_json(cluster, "pod", leader, "-n", NS)["status"]["podIP"]
+    with urllib.request.urlopen(f"http://{ip}:8080/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    assert f'sro_operator_nodes{{specialresource="{SR}",state="validated"}} 1.0' in text, text[-2000:]
+    assert f'sro_operator_node_validation_seconds_count{{specialresource="{SR}"}} 1.0' in text
+    assert f'sro_operator_reconciliations_total{{specialresource="{SR}"}}' in text
+    assert "sro_operator_leader 1.0" in text
 
 
 def test_a_workload_sees_exactly_its_device(cluster: LocalCluster, ready: float, sro_image: str) -> None:

@@ -11,6 +11,7 @@ with an unknown variable) and raises `SpecError` naming the field, which the ope
 
 from __future__ import annotations
 
+import re
 import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -115,6 +116,38 @@ class NodeSelectorTerm:
     match: Mapping[str, str]
 
 
+PRIORITY_MAX: Final = 1_000_000_000  # user-defined PriorityClasses; above is reserved for system classes
+PRIORITY_MIN: Final = -2_147_483_648
+PREEMPTION_POLICIES: Final = ("PreemptLowerPriority", "Never")
+
+
+@dataclass(frozen=True)
+class PriorityClassSpec:
+    """A PriorityClass the SpecialResource owns (soft partitioning)."""
+
+    name: str
+    value: int
+    preemption_policy: str = "PreemptLowerPriority"
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class QuotaSpec:
+    """A namespace's cap on the resource: ResourceQuota `requests.<resource>`, optional LimitRange max."""
+
+    namespace: str
+    limit: int
+    max_per_container: int | None = None
+    resource: str = ""  # empty: the recipe's resource
+
+
+@dataclass(frozen=True)
+class PartitioningSpec:
+    taint: bool = False  # hard partitioning: taint the nodes `<resource>:NoSchedule`
+    priorities: tuple[PriorityClassSpec, ...] = ()
+    quotas: tuple[QuotaSpec, ...] = ()
+
+
 @dataclass(frozen=True)
 class SpecialResourceSpec:
     recipe: str
@@ -128,6 +161,7 @@ class SpecialResourceSpec:
     driver: DriverSpec = DriverSpec()
     device_plugin_config: str = ""  # the plugin's config.yaml
     cuda_sample: str = ""  # device-plugin-validation, nvidia-gpu: the CUDA program the workload runs
+    partitioning: PartitioningSpec = PartitioningSpec()
 
     def state(self, name: str) -> StateSpec:
         return self.states.get(name) or StateSpec(enabled=name not in DISABLED_BY_DEFAULT)
@@ -207,6 +241,65 @@ def check_name(name: str) -> None:
         )
 
 
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _int(doc: Mapping[str, Any], key: str, where: str, low: int, high: int) -> int:
+    value = doc.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise SpecError(f"{where}.{key}: expected a whole number from {low} to {high}, got {value!r}")
+    return value
+
+
+def parse_partitioning(doc: Mapping[str, Any]) -> PartitioningSpec:
+    where = "spec.partitioning"
+    priorities = []
+    names = set()
+    for i, item in enumerate(doc.get("priorities") or []):
+        at = f"{where}.priorities[{i}]"
+        if not isinstance(item, Mapping):
+            raise SpecError(f"{at}: expected {{name, value}}")
+        name = _str(item, "name", at)
+        if not _DNS_SUBDOMAIN.match(name) or len(name) > 253 or name.startswith("system-"):
+            raise SpecError(f"{at}.name: {name!r} must be a DNS name not starting with system- (reserved)")
+        if name in names:
+            raise SpecError(f"{at}.name: {name!r} is listed twice")
+        names.add(name)
+        policy = _str(item, "preemptionPolicy", at, "PreemptLowerPriority")
+        if policy not in PREEMPTION_POLICIES:
+            raise SpecError(
+                f"{at}.preemptionPolicy: must be one of {', '.join(PREEMPTION_POLICIES)}, got {policy!r}"
+            )
+        priorities.append(
+            PriorityClassSpec(
+                name,
+                _int(item, "value", at, PRIORITY_MIN, PRIORITY_MAX),
+                policy,
+                _str(item, "description", at),
+            )
+        )
+    quotas = []
+    seen = set()
+    for i, item in enumerate(doc.get("quotas") or []):
+        at = f"{where}.quotas[{i}]"
+        if not isinstance(item, Mapping):
+            raise SpecError(f"{at}: expected {{namespace, limit}}")
+        ns = _str(item, "namespace", at)
+        if not _DNS_LABEL.match(ns) or len(ns) > 63:
+            raise SpecError(f"{at}.namespace: {ns!r} is not a namespace name")
+        resource = _str(item, "resource", at)
+        if (ns, resource) in seen:
+            raise SpecError(f"{at}: namespace {ns!r} has a quota for this resource already")
+        seen.add((ns, resource))
+        limit = _int(item, "limit", at, 0, 1_000_000)
+        most = None
+        if item.get("maxPerContainer") is not None:
+            most = _int(item, "maxPerContainer", at, 1, 1_000_000)
+        quotas.append(QuotaSpec(ns, limit, most, resource))
+    return PartitioningSpec(_bool(doc, "taint", where, False), tuple(priorities), tuple(quotas))
+
+
 def parse_spec(name: str, spec: Mapping[str, Any]) -> SpecialResourceSpec:
     """The typed spec of SpecialResource `name`; raises SpecError naming the first field to fix."""
     check_name(name)
@@ -250,6 +343,7 @@ def parse_spec(name: str, spec: Mapping[str, Any]) -> SpecialResourceSpec:
         ),
         device_plugin_config=_str(dp, "config", "spec.devicePlugin"),
         cuda_sample=_str(dpv, "cudaSample", "spec.devicePluginValidation"),
+        partitioning=parse_partitioning(_mapping(spec, "partitioning", "spec")),
     )
 
 
@@ -354,9 +448,53 @@ def spec_schema() -> dict[str, Any]:
             "replace (same file name) a state's templates.",
         },
     }
+    props["partitioning"] = partitioning_schema()
     for state, fld in STATE_FIELDS.items():
         props[fld] = _state_schema(state_docs[state], state not in DISABLED_BY_DEFAULT, extras.get(state))
     return {"type": "object", "required": ["recipe"], "properties": props}
+
+
+def partitioning_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": "Keep other work off these nodes, rank work on them, cap what each namespace takes.",
+        "properties": {
+            "taint": {
+                "type": "boolean",
+                "default": False,
+                "description": "Taint the nodes <resource>:NoSchedule; the API server's ExtendedResourceToleration "
+                "admission plugin gives every pod requesting the resource the toleration.",
+            },
+            "priorities": {
+                "type": "array",
+                "description": "PriorityClasses this SpecialResource owns; pods name one in spec.priorityClassName.",
+                "items": {
+                    "type": "object",
+                    "required": ["name", "value"],
+                    "properties": {
+                        "name": {"type": "string", "maxLength": 253},
+                        "value": {"type": "integer", "minimum": PRIORITY_MIN, "maximum": PRIORITY_MAX},
+                        "preemptionPolicy": {"type": "string", "enum": list(PREEMPTION_POLICIES)},
+                        "description": _STR,
+                    },
+                },
+            },
+            "quotas": {
+                "type": "array",
+                "description": "Per namespace: ResourceQuota requests.<resource>, optionally a LimitRange max.",
+                "items": {
+                    "type": "object",
+                    "required": ["namespace", "limit"],
+                    "properties": {
+                        "namespace": {"type": "string", "maxLength": 63},
+                        "limit": {"type": "integer", "minimum": 0},
+                        "maxPerContainer": {"type": "integer", "minimum": 1},
+                        "resource": {"type": "string", "description": "Default: the recipe's resource."},
+                    },
+                },
+            },
+        },
+    }
 
 
 def status_schema() -> dict[str, Any]:
@@ -399,6 +537,19 @@ def status_schema() -> dict[str, Any]:
                 "description": "Per state: enabled, disabled or not deployed.",
             },
             "conditions": {"type": "array", "items": condition},
+            "quotas": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "namespace": _STR,
+                        "resource": _STR,
+                        "used": _STR,
+                        "hard": _STR,
+                        "problem": _STR,
+                    },
+                },
+            },
             "nodes": {"type": "array", "items": node_row},
         },
     }

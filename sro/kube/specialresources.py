@@ -19,30 +19,36 @@ from typing import Any
 
 import httpx
 import yaml
-from lightkube import ApiError, AsyncClient, codecs
+from lightkube import ALL_NS, ApiError, AsyncClient, codecs
 from lightkube.generic_resource import create_global_resource
 from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import ConfigMap, Node, Pod, Service
+from lightkube.resources.core_v1 import ConfigMap, LimitRange, Namespace, Node, Pod, ResourceQuota, Service
+from lightkube.resources.scheduling_v1 import PriorityClass
 from lightkube.types import PatchType
 
 from sro.api.names import FIELD_MANAGER, GROUP, KIND, PLURAL, SPECIALRESOURCE_LABEL, VERSION
-from sro.api.specialresource import not_ready_taint, reached_annotation
 from sro.operator.observed import (
     NodeInfo,
     Observed,
     PodInfo,
+    QuotaInfo,
     SpecialResourceInfo,
     node_from_json,
     pod_from_json,
     sr_from_json,
 )
-from sro.operator.reconcile import NodePatch, Plan, our_label_keys
+from sro.operator.reconcile import NodePatch, Plan, release, taints_after
 from sro.operator.states import HARD_REASONS
 
 log = logging.getLogger(__name__)
 
 SpecialResource = create_global_resource(GROUP, VERSION, KIND, PLURAL)
 OWNED_KINDS: Mapping[str, Any] = {"DaemonSet": DaemonSet, "ConfigMap": ConfigMap, "Service": Service}
+ELSEWHERE_KINDS: Mapping[str, Any] = {
+    "PriorityClass": PriorityClass,
+    "ResourceQuota": ResourceQuota,
+    "LimitRange": LimitRange,
+}
 LOG_TAIL_LINES = 20
 Errors = (ApiError, httpx.HTTPError, OSError)
 
@@ -121,7 +127,17 @@ class SpecialResourceIO:
                     recipe = loaded if isinstance(loaded, dict) else {"recipe.yaml": "not a mapping"}
                 except yaml.YAMLError as e:
                     recipe = {"recipe.yaml": f"invalid YAML: {e}"}
+        namespaces = [str(_dict(n)["metadata"]["name"]) async for n in self.client.list(Namespace)]
+        quotas = []
+        async for q in self.client.list(ResourceQuota, namespace=ALL_NS, labels=selector):
+            doc = _dict(q)
+            st = doc.get("status") or {}
+            md = doc["metadata"]
+            quotas.append(QuotaInfo(md["namespace"], md["name"], st.get("hard") or {}, st.get("used") or {}))
         return Observed(
+            namespaces=tuple(namespaces),
+            quotas=tuple(quotas),
+            owned_elsewhere=tuple(await self._owned_elsewhere(sr.name)),
             sr=sr,
             nodes=tuple(nodes),
             pods=tuple(pods),
@@ -131,6 +147,17 @@ class SpecialResourceIO:
             custom_recipe=recipe,
             image=self.image,
         )
+
+    async def _owned_elsewhere(self, sr: str) -> list[tuple[str, str, str]]:
+        """Our partitioning objects: PriorityClasses (cluster-wide), quotas and limits (any namespace)."""
+        selector: dict[str, Any] = {SPECIALRESOURCE_LABEL: sr}
+        out: list[tuple[str, str, str]] = []
+        for kind, res in ELSEWHERE_KINDS.items():
+            namespace = None if kind == "PriorityClass" else ALL_NS
+            async for o in self.client.list(res, namespace=namespace, labels=selector):
+                md = _dict(o)["metadata"]
+                out.append((kind, md.get("namespace") or "", md["name"]))
+        return sorted(out)
 
     # ---- carrying out a plan -------------------------------------------------------------------
     async def carry_out(self, sr: SpecialResourceInfo, plan: Plan, owned: Iterable[tuple[str, str]]) -> int:
@@ -153,6 +180,9 @@ class SpecialResourceIO:
             failures += not await self._delete(OWNED_KINDS[kind], name)
             self._applied.pop((kind, name), None)
             log.info("%s: deleted stale %s/%s", sr.name, kind, name)
+        for kind, ns, name in plan.delete_elsewhere:
+            failures += not await self._delete(ELSEWHERE_KINDS[kind], name, ns or None)
+            log.info("%s: deleted %s %s/%s", sr.name, kind, ns, name)
         for pod_name in plan.delete_pods:
             failures += not await self._delete(Pod, pod_name)
         for pod in plan.create_pods:
@@ -169,9 +199,9 @@ class SpecialResourceIO:
             failures += not await self.patch_status(sr, plan.status)
         return failures
 
-    async def _delete(self, res: Any, name: str) -> bool:
+    async def _delete(self, res: Any, name: str, namespace: str | None = "") -> bool:
         try:
-            await self.client.delete(res, name, namespace=self.namespace)
+            await self.client.delete(res, name, namespace=self.namespace if namespace == "" else namespace)
         except Errors as e:
             if _code(e) != 404:
                 log.warning("could not delete %s %s: %s", res.__name__, name, e)
@@ -186,14 +216,10 @@ class SpecialResourceIO:
             metadata["annotations"] = dict(patch.annotations)
         body: dict[str, Any] = {"metadata": metadata}
         try:
-            if patch.taint is not None:
+            if patch.changes_taints:
+                # taints are a list: read, change ours, write back guarded by resourceVersion
                 node = _dict(await self.client.get(Node, name))
-                taints = list((node.get("spec") or {}).get("taints") or [])
-                key = not_ready_taint(sr)
-                taints = [t for t in taints if t.get("key") != key]
-                if patch.taint:
-                    taints.append({"key": key, "value": "true", "effect": "NoSchedule"})
-                body["spec"] = {"taints": taints}
+                body["spec"] = {"taints": taints_after((node.get("spec") or {}).get("taints") or [], patch)}
                 metadata["resourceVersion"] = node["metadata"]["resourceVersion"]
             await self.client.patch(Node, name, body, patch_type=PatchType.MERGE)
             return True
@@ -219,7 +245,7 @@ class SpecialResourceIO:
             return False
 
     # ---- removal ----------------------------------------------------------------------------
-    async def remove_all(self, sr: str, timeout: float = 60.0) -> list[str]:
+    async def remove_all(self, sr: str, resource: str | None, timeout: float = 60.0) -> list[str]:
         """Delete what `sr` created and take its node labels, annotations and taints back; wait
         until its pods are gone (the driver unloads and the runtime files go as the pods stop).
         Returns what could not be removed (empty when all is gone)."""
@@ -227,26 +253,15 @@ class SpecialResourceIO:
         for res in (*OWNED_KINDS.values(), Pod):
             async for o in self.client.list(res, namespace=self.namespace, labels=selector):
                 await self._delete(res, _dict(o)["metadata"]["name"])
+        for kind, ns, name in await self._owned_elsewhere(sr):
+            await self._delete(ELSEWHERE_KINDS[kind], name, ns or None)
         self._applied.clear()  # other SpecialResources re-send theirs once: cheap, and never stale
         problems: list[str] = []
-        ours = our_label_keys(sr)
         async for n in self.client.list(Node):
             info: NodeInfo = node_from_json(_dict(n))
-            keys = [k for k in info.labels if k in ours]
-            ann = reached_annotation(sr)
-            tainted = any(t.get("key") == not_ready_taint(sr) for t in info.taints)
-            if keys or ann in info.annotations or tainted:
-                ok = await self.patch_node(
-                    sr,
-                    info.name,
-                    NodePatch(
-                        labels={k: None for k in keys},
-                        annotations={ann: None} if ann in info.annotations else {},
-                        taint=False if tainted else None,
-                    ),
-                )
-                if not ok:
-                    problems.append(f"node {info.name}: labels not removed")
+            patch = release(sr, resource, info)
+            if patch is not None and not await self.patch_node(sr, info.name, patch):
+                problems.append(f"node {info.name}: labels and taints not removed")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:

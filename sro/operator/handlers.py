@@ -18,6 +18,7 @@ from typing import Any
 import kopf
 
 from sro.api.names import GROUP, PLURAL, SPECIALRESOURCE_LABEL, VERSION
+from sro.api.recipes import BUILTIN
 from sro.api.specialresource import READY
 from sro.kube.specialresources import SpecialResourceIO
 from sro.operator import metrics
@@ -41,8 +42,10 @@ def describe(sr: str, plan: Plan) -> list[str]:
             row = next((r for r in plan.rows if r.name == node), None)
             why = f" ({row.failing}: {row.reason} {row.message})" if row and row.failing else ""
             lines.append(f"node {node}: no longer ready: {', '.join(lost)}{why}")
-        if patch.taint is not None:
-            lines.append(f"node {node}: startup taint {'added' if patch.taint else 'removed'}")
+        for t in patch.add_taints:
+            lines.append(f"node {node}: taint {t['key']}={t['value']}:{t['effect']} added")
+        for key, _value in patch.remove_taints:
+            lines.append(f"node {node}: taint {key} removed")
     return lines
 
 
@@ -171,9 +174,11 @@ def build_registry(op: Operator) -> kopf.OperatorRegistry:
         op.wake.pop(name, None)
 
     @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry)
-    async def remove(name: str, **_: Any) -> None:
+    async def remove(name: str, spec: Mapping[str, Any], status: Mapping[str, Any], **_: Any) -> None:
         log.info("%s: deleted; removing its DaemonSets, pods, node labels and taints", name)
-        problems = await op.io.remove_all(name)
+        recipe = BUILTIN.get(str(spec.get("recipe", "")))
+        resource = str(status.get("resource") or (recipe.resource if recipe else "")) or None
+        problems = await op.io.remove_all(name, resource)
         if problems:
             raise kopf.TemporaryError(f"cleanup not finished: {'; '.join(problems)}", delay=5)
         metrics.forget(name)

@@ -17,6 +17,16 @@ from sro.api.names import SPECIALRESOURCE_LABEL, STATE_LABEL
 
 
 @dataclass(frozen=True)
+class QuotaInfo:
+    """A ResourceQuota the operator made, as the API server reports it."""
+
+    namespace: str
+    name: str
+    hard: Mapping[str, str] = field(default_factory=dict)
+    used: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class NodeInfo:
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -66,6 +76,9 @@ class Observed:
     custom_manifests: Mapping[str, str] | None = None  # the ConfigMap's data, None if none asked/found
     custom_recipe: Mapping[str, Any] | None = None  # recipe.yaml of spec.recipeConfigMap, parsed
     image: str = ""  # the operator's own image: the default of every state
+    namespaces: tuple[str, ...] = ()  # every namespace (quotas are made only where one exists)
+    quotas: tuple[QuotaInfo, ...] = ()  # our ResourceQuotas, with their used / hard
+    owned_elsewhere: tuple[tuple[str, str, str], ...] = ()  # (kind, namespace or "", name): partitioning
 
 
 def _time(value: Any) -> datetime | None:

@@ -30,6 +30,7 @@ from sro.api.specialresource import (
     state_label,
     validated_label,
 )
+from sro.operator import partitioning
 from sro.operator.observed import NodeInfo, Observed, SpecialResourceInfo
 from sro.operator.rendering import Context, RenderError, Term
 from sro.operator.states import NOT_AVAILABLE, STATES, State, ValidationState
@@ -38,11 +39,34 @@ from sro.operator.status import NodeRow, build_status
 SELECTED = "selected"  # key in the reached annotation: when the node first matched
 
 
+Taint = Mapping[str, str]
+
+
 @dataclass(frozen=True)
 class NodePatch:
     labels: Mapping[str, str | None] = field(default_factory=dict)
     annotations: Mapping[str, str | None] = field(default_factory=dict)
-    taint: bool | None = None  # True: add the startup taint, False: remove it, None: leave
+    add_taints: tuple[Taint, ...] = ()
+    remove_taints: tuple[tuple[str, str | None], ...] = ()  # (key, value); None: any value
+
+    @property
+    def changes_taints(self) -> bool:
+        return bool(self.add_taints or self.remove_taints)
+
+
+def taint_matches(taint: Mapping[str, Any], key: str, value: str | None) -> bool:
+    return taint.get("key") == key and (value is None or taint.get("value") == value)
+
+
+def taints_after(taints: Sequence[Mapping[str, Any]], patch: NodePatch) -> list[dict[str, Any]]:
+    """A node's taint list with the patch applied (others' taints untouched, nothing twice)."""
+    out = [dict(t) for t in taints if not any(taint_matches(t, k, v) for k, v in patch.remove_taints)]
+    for t in patch.add_taints:
+        if not any(
+            taint_matches(o, t["key"], t.get("value")) and o.get("effect") == t["effect"] for o in out
+        ):
+            out.append(dict(t))
+    return out
 
 
 @dataclass(frozen=True)
@@ -50,6 +74,7 @@ class Plan:
     status: dict[str, Any]
     apply: tuple[dict[str, Any], ...] = ()
     delete: tuple[tuple[str, str], ...] = ()  # (kind, name) in the operator's namespace
+    delete_elsewhere: tuple[tuple[str, str, str], ...] = ()  # (kind, namespace or "", name)
     create_pods: tuple[dict[str, Any], ...] = ()
     delete_pods: tuple[str, ...] = ()
     node_patches: Mapping[str, NodePatch] = field(default_factory=dict)
@@ -149,6 +174,7 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
     try:
         spec = parse_spec(sr.name, sr.spec)
         recipe = resolve_recipe(spec, obs.custom_recipe)
+        partitioning.check(spec, recipe)
     except SpecError as e:
         return _not_deployable(obs, "SpecInvalid", str(e))
     winner = conflict(sr, recipe, obs.others)
@@ -187,6 +213,9 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
 
     desired = {(o["kind"], o["metadata"]["name"]) for o in objects}
     stale = tuple(sorted(k for k in obs.owned if k[0] != "Pod" and k not in desired))
+    shaping = partitioning.objects(sr.name, sr.uid, spec, recipe, obs.namespaces)
+    wanted = {(o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in shaping}
+    stale_elsewhere = tuple(sorted(k for k in obs.owned_elsewhere if k not in wanted))
 
     patches: dict[str, NodePatch] = {}
     create_pods: list[dict[str, Any]] = []
@@ -204,15 +233,9 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
     for node in obs.nodes:
         if node.name in selected_names:
             continue
-        keys = _our_keys(sr.name, node)
-        ann = reached_annotation(sr.name)
-        tainted = any(t.get("key") == not_ready_taint(sr.name) for t in node.taints)
-        if keys or ann in node.annotations or tainted:
-            patches[node.name] = NodePatch(
-                labels={k: None for k in keys},
-                annotations={ann: None} if ann in node.annotations else {},
-                taint=False if tainted else None,
-            )
+        patch = release(sr.name, recipe.resource, node)
+        if patch is not None:
+            patches[node.name] = patch
     # Validation pods of nodes that left or stopped matching, or of states no longer enabled.
     enabled_validations = {s.name for s in chain if isinstance(s, ValidationState)}
     for pod in obs.pods:
@@ -226,11 +249,14 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
         s.name: ("enabled" if s in chain else NOT_AVAILABLE.get(s.name, "disabled")) for s in STATES
     }
     status = build_status(sr, rows, state_modes, _counts(rows, chain), recipe.resource, now)
+    if spec.partitioning.quotas:
+        status["quotas"] = partitioning.quota_rows(spec, recipe, obs.quotas, obs.namespaces)
     busy = any(not r.validated for r in rows) or bool(create_pods or delete_pods or patches)
     return Plan(
         status=status,
-        apply=tuple(objects),
+        apply=(*objects, *shaping),
         delete=stale,
+        delete_elsewhere=stale_elsewhere,
         create_pods=tuple(create_pods),
         delete_pods=tuple(delete_pods),
         node_patches=patches,
@@ -283,9 +309,7 @@ def _walk(
     if reached != old:
         annotations[ann_key] = format_reached(reached)
 
-    tainted = any(t.get("key") == not_ready_taint(sr) for t in node.taints)
-    want_taint = ctx.spec.startup_taint and not validated
-    taint = None if tainted == want_taint else want_taint
+    add, remove = _taint_changes(ctx, node, validated)
 
     since = (
         reached.get("validated") if validated else (reached.get(ready[-1]) if ready else reached[SELECTED])
@@ -302,5 +326,54 @@ def _walk(
         since=since or stamp(now),
         reached=reached,
     )
-    patch = NodePatch(labels, annotations, taint) if (labels or annotations or taint is not None) else None
+    patch = NodePatch(labels, annotations, add, remove) if (labels or annotations or add or remove) else None
     return row, patch, creates, deletes
+
+
+def startup_taint(sr: str) -> dict[str, str]:
+    return {"key": not_ready_taint(sr), "value": "true", "effect": "NoSchedule"}
+
+
+def _taint_changes(
+    ctx: Context, node: NodeInfo, validated: bool
+) -> tuple[tuple[Taint, ...], tuple[tuple[str, str | None], ...]]:
+    """The startup taint until validated; the partitioning taint while asked for."""
+    wanted = []
+    if ctx.spec.startup_taint and not validated:
+        wanted.append(startup_taint(ctx.sr))
+    if ctx.spec.partitioning.taint:
+        wanted.append(partitioning.taint(ctx.sr, ctx.recipe.resource))
+    add = tuple(t for t in wanted if not any(taint_matches(o, t["key"], t["value"]) for o in node.taints))
+    remove: list[tuple[str, str | None]] = []
+    startup_key = not_ready_taint(ctx.sr)
+    if not (ctx.spec.startup_taint and not validated) and any(
+        taint_matches(t, startup_key, None) for t in node.taints
+    ):
+        remove.append((startup_key, None))
+    part = partitioning.taint(ctx.sr, ctx.recipe.resource)
+    if not ctx.spec.partitioning.taint and any(
+        taint_matches(t, part["key"], part["value"]) for t in node.taints
+    ):
+        remove.append((part["key"], part["value"]))
+    return add, tuple(remove)
+
+
+def release(sr: str, resource: str | None, node: NodeInfo) -> NodePatch | None:
+    """Everything of `sr` taken off a node: its labels, annotation, startup and partitioning taints
+    (the latter matched by key and value: the value is the SpecialResource's name)."""
+    keys = _our_keys(sr, node)
+    ann = reached_annotation(sr)
+    remove: list[tuple[str, str | None]] = []
+    if any(taint_matches(t, not_ready_taint(sr), None) for t in node.taints):
+        remove.append((not_ready_taint(sr), None))
+    if resource:
+        part = partitioning.taint(sr, resource)
+        if any(taint_matches(t, part["key"], part["value"]) for t in node.taints):
+            remove.append((part["key"], part["value"]))
+    if not (keys or ann in node.annotations or remove):
+        return None
+    return NodePatch(
+        labels={k: None for k in keys},
+        annotations={ann: None} if ann in node.annotations else {},
+        remove_taints=tuple(remove),
+    )

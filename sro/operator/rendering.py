@@ -129,9 +129,11 @@ def _our_labels(ctx: Context, state: str) -> dict[str, str]:
 
 
 def tolerations(ctx: Context) -> list[dict[str, Any]]:
-    """Operands run where workloads may not: on the startup-tainted nodes, plus the admin's list."""
+    """Operands run where workloads may not: on startup-tainted and partitioned nodes, plus the admin's list."""
     out: list[dict[str, Any]] = [
-        {"key": not_ready_taint(ctx.sr), "operator": "Exists", "effect": "NoSchedule"}
+        {"key": not_ready_taint(ctx.sr), "operator": "Exists", "effect": "NoSchedule"},
+        # the partitioning taint (spec.partitioning.taint) is named after the extended resource
+        {"key": ctx.recipe.resource, "operator": "Exists", "effect": "NoSchedule"},
     ]
     out.extend(dict(t) for t in ctx.spec.tolerations)
     return out

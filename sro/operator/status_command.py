@@ -77,6 +77,18 @@ def node_rows(sr: SpecialResourceInfo, nodes: Sequence[NodeInfo]) -> list[tuple[
     return rows
 
 
+def quota_rows(quotas: Sequence[Mapping[str, Any]]) -> list[tuple[str, ...]]:
+    return [
+        (
+            str(r.get("namespace", "")),
+            str(r.get("resource", "")),
+            f"{r.get('used', '-')} / {r.get('hard', '?')}",
+            str(r.get("problem", "")),
+        )
+        for r in quotas
+    ]
+
+
 @click.command("status")
 @click.argument("name", required=False)
 @click.option("--kubeconfig", default=None, help="Default: $KUBECONFIG, in-cluster, ~/.kube/config.")
@@ -115,6 +127,14 @@ def status(name: str | None, kubeconfig: str | None, logs: bool) -> None:
         for row in node_rows(sr, nodes):
             t.add_row(*row)
         console.print(t)
+        quotas = sr.status.get("quotas") or []
+        if quotas:
+            q = Table(title=f"{sr.name}: quotas (spec.partitioning.quotas)")
+            for col in ("namespace", "resource", "used / hard", "note"):
+                q.add_column(col)
+            for row in quota_rows(quotas):
+                q.add_row(*row)
+            console.print(q)
         if logs:
             for row in sr.status.get("nodes") or ():
                 if row.get("log"):

@@ -63,14 +63,17 @@ def test_plan_is_described_in_words() -> None:
         status={},
         node_patches={
             "a": NodePatch(labels={state_label(SR, DRIVER): "ready"}),
-            "b": NodePatch(labels={state_label(SR, DRIVER_VALIDATION): None}, taint=True),
+            "b": NodePatch(
+                labels={state_label(SR, DRIVER_VALIDATION): None},
+                add_taints=({"key": "sro.dev/gpus.not-ready", "value": "true", "effect": "NoSchedule"},),
+            ),
         },
         rows=(NodeRow("b", failing=DRIVER_VALIDATION, reason="Validating", message="pod recreated"),),
     )
     assert describe(SR, plan) == [
         "node a: ready: driver",
         "node b: no longer ready: driver-validation (driver-validation: Validating pod recreated)",
-        "node b: startup taint added",
+        "node b: taint sro.dev/gpus.not-ready=true:NoSchedule added",
     ]
 
 
@@ -105,3 +108,15 @@ def test_metrics_count_nodes_per_state_and_time_to_validate_once() -> None:
     assert sample("sro_operator_node_validation_seconds_sum", specialresource="m") == 42
     metrics.forget("m")
     assert sample("sro_operator_nodes", specialresource="m", state="driver") is None
+
+
+def test_quota_rows_show_used_over_hard() -> None:
+    from sro.operator.status_command import quota_rows
+
+    rows = quota_rows(
+        [
+            {"namespace": "a", "resource": "r", "used": "1", "hard": "2"},
+            {"namespace": "b", "resource": "r", "hard": "1", "problem": "namespace not found"},
+        ]
+    )
+    assert rows == [("a", "r", "1 / 2", ""), ("b", "r", "- / 1", "namespace not found")]

@@ -5,7 +5,8 @@ SpecialResource CRD, RBAC, feature discovery, the operator with two replicas) �
 of examples/simulated-gpu.yaml, walked by the operator state by state on the node (the simulated
 GPU driver, its validation, the runtime files, the device plugin, a validation workload, the
 discovery labels), each state printed as it becomes ready there → a workload pod that asks for two
-GPUs and gets an NVLink pair through the kubelet and the `sro` runtime handler → `sro status`.
+GPUs and gets an NVLink pair through the kubelet and the `sro` runtime handler → partitioning (a
+CPU pod kept off, a GPU pod let on, a quota refusing, a preemption) → `sro status`.
 Each stage prints its time; a failure names the stage and shows what to look at. The GPUs are
 simulated (no hardware here) and say so in every label, resource and file.
 """
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from sro import demo_partitioning
 from sro.api.names import NAMESPACE, NFD_PREFIX
 from sro.api.recipes import SIMULATED_GPU
 from sro.api.specialresource import STATE_NAMES, state_label, validated_label
@@ -139,26 +142,33 @@ def workload_pod() -> dict[str, Any]:
     }
 
 
-def run(cluster: LocalCluster, progress: Progress) -> tuple[dict[str, Any], str]:
-    """The stages; returns the Node as it ends up and the workload's output."""
-    progress("Stage 1/5: the local Kubernetes cluster")
+@dataclass(frozen=True)
+class Outcome:
+    node: dict[str, Any]  # the Node after the workload ran
+    output: str  # what the workload printed
+    partitioning: list[tuple[str, str, str]]  # scenario, result, evidence
+
+
+def run(cluster: LocalCluster, progress: Progress) -> Outcome:
+    """The stages; returns what the tables show."""
+    progress("Stage 1/6: the local Kubernetes cluster")
     cluster.ensure_up(progress)
-    progress("Stage 2/5: the sro image")
+    progress("Stage 2/6: the sro image")
     from sro.local.images import ensure_sro_image
 
     image = ensure_sro_image(cluster, progress)
-    progress("Stage 3/5: sro install (CRD, RBAC, feature discovery, the operator: 2 replicas, one leads)")
+    progress("Stage 3/6: sro install (CRD, RBAC, feature discovery, the operator: 2 replicas, one leads)")
     out = _sro(cluster, "install", "--image", image)
     if out.returncode != 0:
         raise ClusterError(f"sro install failed:\n{out.stdout}{out.stderr}")
     sr = example_special_resource()
     name = sr["metadata"]["name"]
     progress(
-        f"Stage 4/5: SpecialResource {name} (examples/simulated-gpu.yaml); the operator walks its states"
+        f"Stage 4/6: SpecialResource {name} (examples/simulated-gpu.yaml); the operator walks its states"
     )
     cluster.kubectl("apply", "-f", "-", input=json.dumps(sr))
     walk_states(cluster, name, progress)
-    progress(f"Stage 5/5: a workload asking for {RESOURCE}: 2 (runtimeClassName: {RUNTIME_HANDLER})")
+    progress(f"Stage 5/6: a workload asking for {RESOURCE}: 2 (runtimeClassName: {RUNTIME_HANDLER})")
     cluster.kubectl("delete", "pod", WORKLOAD, "--ignore-not-found", "--wait=true", check=False)
     cluster.kubectl("apply", "-f", "-", input=json.dumps(workload_pod()))
 
@@ -173,11 +183,16 @@ def run(cluster: LocalCluster, progress: Progress) -> tuple[dict[str, Any], str]
         lambda: cluster.kubectl("describe", "pod", WORKLOAD, check=False).stdout,
     )
     output = cluster.kubectl("logs", WORKLOAD, check=False).stdout
-    return _node(cluster), output
+    node = _node(cluster)
+    cluster.kubectl("delete", "pod", WORKLOAD, "--ignore-not-found", "--grace-period=1", check=False)
+    progress("Stage 6/6: partitioning — a taint, priorities and a quota on the GPU node")
+    rows = demo_partitioning.run(cluster, name, progress)
+    return Outcome(node, output, rows)
 
 
-def show(cluster: LocalCluster, node: Mapping[str, Any], output: str) -> None:
+def show(cluster: LocalCluster, outcome: Outcome) -> None:
     console = Console()
+    node, output = outcome.node, outcome.output
     labels = node["metadata"].get("labels", {})
     features = {k: v for k, v in labels.items() if k.startswith(NFD_PREFIX)}
     table = Table(title=f"Node {cluster.node_name}: {len(features)} NFD-compatible feature labels")
@@ -198,6 +213,12 @@ def show(cluster: LocalCluster, node: Mapping[str, Any], output: str) -> None:
     console.print(gpu)
     console.print(f"[bold]Workload pod {WORKLOAD}[/bold] (asked for {RESOURCE}: 2) printed:")
     console.print(output.rstrip() or "(nothing)", markup=False, highlight=False)
+    parts = Table(title="Partitioning (spec.partitioning of the SpecialResource)")
+    for col in ("tried", "what happened", "evidence"):
+        parts.add_column(col)
+    for row in outcome.partitioning:
+        parts.add_row(*row)
+    console.print(parts)
     status = _sro(cluster, "status", "--no-logs")
     console.print(status.stdout.rstrip(), markup=False, highlight=False)
 
@@ -234,9 +255,9 @@ def demo(keep: bool) -> None:
     """
     cluster = LocalCluster.default()
     with steps("sro demo") as progress:
-        node, output = run(cluster, progress)
+        outcome = run(cluster, progress)
         progress("Done")
-    show(cluster, node, output)
+    show(cluster, outcome)
     if not keep:
         cleanup(cluster)
         print("Removed the demo's objects, labels, runtime files and the simulated driver.", file=sys.stderr)

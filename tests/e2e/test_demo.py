@@ -20,7 +20,8 @@ def test_demo_stages_end_with_a_workload_holding_two_simulated_gpus(
     cluster: LocalCluster, sro_image: str
 ) -> None:
     try:
-        node, output = run(cluster, lambda _: None)
+        outcome = run(cluster, lambda _: None)
+        node, output = outcome.node, outcome.output
         labels = node["metadata"]["labels"]
         assert labels[f"{SIMULATED_GPU.label_prefix}count"] == "8"
         assert labels[f"{SIMULATED_GPU.label_prefix}simulated"] == "true"
@@ -30,6 +31,11 @@ def test_demo_stages_end_with_a_workload_holding_two_simulated_gpus(
         assert len(visible) == 2 and all(v.startswith("GPU-") for v in visible), output
         assert sorted(re.findall(r"sro-simgpu\d+", lines[1])) == ["sro-simgpu0", "sro-simgpu1"], output
         assert "SIMULATED devices" in output and all(v in output for v in visible), output
+        tried = {row[0].split(" ")[0]: row for row in outcome.partitioning}
+        assert len(outcome.partitioning) == 4, outcome.partitioning
+        assert "taint" in tried["CPU-only"][2]
+        assert "exceeded quota" in tried["2nd"][2]
+        assert "Preempted by" in tried["high-priority"][2]
     finally:
         cleanup(cluster)
     node = json.loads(cluster.kubectl("get", "node", cluster.node_name, "-o", "json").stdout)

@@ -34,7 +34,8 @@ PARTITIONING = {
 }
 
 
-def _pod(name: str, namespace: str, gpus: int = 0, priority: str = "") -> dict[str, Any]:
+def pod(name: str, namespace: str, gpus: int = 0, priority: str = "") -> dict[str, Any]:
+    """A busybox pod that sleeps, asking for `gpus` devices (none: a CPU-only pod)."""
     c: dict[str, Any] = {
         "name": "c",
         "image": BUSYBOX_IMAGE,
@@ -92,8 +93,8 @@ def run(cluster: LocalCluster, sr: str, progress: Progress) -> list[tuple[str, s
         def apply(obj: dict[str, Any]) -> subprocess.CompletedProcess[str]:
             return cluster.kubectl("create", "-f", "-", input=json.dumps(obj), check=False)
 
-        apply(_pod("cpu-only", NS))
-        apply(_pod("gpu-user", NS, gpus=1))
+        apply(pod("cpu-only", NS))
+        apply(pod("gpu-user", NS, gpus=1))
 
         def refused() -> str:
             conds = _get(cluster, "pod", "cpu-only", "-n", NS)["status"].get("conditions", [])
@@ -111,8 +112,8 @@ def run(cluster: LocalCluster, sr: str, progress: Progress) -> list[tuple[str, s
         rows.append(
             ("GPU pod (no toleration written)", "Running on the GPU node", f"admission added {tol[0]}")
         )
-        apply(_pod("first", QUOTA_NS, gpus=1))
-        second = apply(_pod("second", QUOTA_NS, gpus=1))
+        apply(pod("first", QUOTA_NS, gpus=1))
+        second = apply(pod("second", QUOTA_NS, gpus=1))
         rows.append(
             (
                 f"2nd GPU pod in {QUOTA_NS}",
@@ -124,9 +125,9 @@ def run(cluster: LocalCluster, sr: str, progress: Progress) -> list[tuple[str, s
             cluster.kubectl("delete", "pod", name, "-n", NS, "--grace-period=1", check=False)
         cluster.kubectl("delete", "pod", "first", "-n", QUOTA_NS, "--grace-period=1", check=False)
         free = int(_get(cluster, "node", cluster.node_name)["status"]["allocatable"][RES])
-        apply(_pod("batch", NS, gpus=free, priority=LOW))
+        apply(pod("batch", NS, gpus=free, priority=LOW))
         _until("the low-priority pod to hold every device", lambda: _phase(cluster, "batch", NS) == "Running")
-        apply(_pod("training", NS, gpus=1, priority=HIGH))
+        apply(pod("training", NS, gpus=1, priority=HIGH))
         _until("the high-priority pod to run", lambda: _phase(cluster, "training", NS) == "Running", 120)
         events = _get(cluster, "events", "-n", NS, "--field-selector", "involvedObject.name=batch")["items"]
         message = next((e["message"] for e in events if e.get("reason") == "Preempted"), "(no event yet)")

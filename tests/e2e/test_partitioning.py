@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from sro.api.recipes import SIMULATED_GPU
+from sro.demo_partitioning import pod
 from sro.local.cluster import LocalCluster
 from tests.e2e.test_operator import condition, debug, get_json, is_ready, sr_doc, sro, wait_for
 
@@ -45,28 +46,6 @@ def special_resource() -> dict[str, Any]:
                 "quotas": [{"namespace": QUOTA_NS, "limit": 1, "maxPerContainer": 1}],
             },
         },
-    }
-
-
-def pod(
-    name: str, namespace: str, gpus: int = 0, priority: str = "", command: str = "sleep 3600"
-) -> dict[str, Any]:
-    container: dict[str, Any] = {
-        "name": "c",
-        "image": "localhost/busybox:sro",
-        "imagePullPolicy": "Never",
-        "command": ["sh", "-c", command],
-    }
-    if gpus:
-        container["resources"] = {"limits": {RES: str(gpus)}}
-    spec: dict[str, Any] = {"terminationGracePeriodSeconds": 1, "containers": [container]}
-    if priority:
-        spec["priorityClassName"] = priority
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": spec,
     }
 
 
@@ -117,7 +96,7 @@ def test_taint_keeps_cpu_pods_off_and_gpu_pods_get_the_toleration_by_admission(
 ) -> None:
     assert our_taints(cluster) == [{"key": RES, "value": SR, "effect": "NoSchedule"}]
     create(cluster, pod("cpu-only", POD_NS))
-    create(cluster, pod("gpu-user", POD_NS, gpus=1, command="echo $SRO_VISIBLE_DEVICES; sleep 3600"))
+    create(cluster, pod("gpu-user", POD_NS, gpus=1))
 
     def unschedulable() -> str:
         conds = pod_json(cluster, "cpu-only", POD_NS)["status"].get("conditions", [])

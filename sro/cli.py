@@ -44,6 +44,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "sro.operator.status_command:status",
         "SpecialResources and where each node stands, as tables.",
     ),
+    "nodepool": (
+        "sro.nodepools.command:nodepool",
+        "GPU node pools: a GPU MachineSet/MachineDeployment with its autoscaler wiring.",
+    ),
     "discover": (
         "sro.node.discovery.command:discover_command",
         "Node features as NFD labels; --publish labels the Node.",

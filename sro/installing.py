@@ -30,6 +30,7 @@ from sro.operator.rendering import INSTALL_KINDS
 
 OPERATOR: Final = "operator"
 DISCOVERY: Final = "discovery"
+DISCOVERY_INTERVAL: Final = "10s"
 OPERATOR_DEPLOYMENT: Final = "sro-operator"
 DEPLOY_COMMAND: Final = "sro install --output deploy/"
 DEPLOY_PULL_POLICY: Final = "IfNotPresent"
@@ -126,7 +127,15 @@ def objects(
     operator: bool = True,
 ) -> list[dict[str, Any]]:
     """Everything `sro install` applies, in apply order (`operator=False`: all but the Deployment)."""
-    values = {"namespace": namespace, "image": image, "pull_policy": pull_policy or pull_policy_for(image)}
+    values = {
+        "namespace": namespace,
+        "image": image,
+        "pull_policy": pull_policy or pull_policy_for(image),
+        # NFD's default pass is every 60 s; the operator's feature-discovery state waits for the
+        # labels of a newly installed driver, and a pass costs a few ms: 10 s keeps nodes waiting
+        # seconds, not a minute.
+        "sleep_interval": DISCOVERY_INTERVAL,
+    }
     found: list[dict[str, Any]] = []
     found += component_objects(OPERATOR, values, None)
     found.append(crd())

@@ -35,7 +35,14 @@ async def _run(namespace: str, image: str, metrics_port: int, health_port: int, 
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
     election = LeaderElection(client, namespace, LEASE_NAME, identity)
     if elect:
-        await election.acquire()
+        # a standby is healthy too: answer the liveness probe until kopf takes the port over
+        standby = await _standby_health(health_port) if health_port else None
+        try:
+            await election.acquire()
+        finally:
+            if standby is not None:
+                standby.close()
+                await standby.wait_closed()
     metrics.LEADER.set(1)
     op = Operator(SpecialResourceIO(client, namespace, image))
     stop = asyncio.Event()
@@ -43,7 +50,9 @@ async def _run(namespace: str, image: str, metrics_port: int, health_port: int, 
         kopf.operator(
             registry=build_registry(op),
             standalone=True,
-            clusterwide=True,
+            # our pods live in one namespace (its Role is all the RBAC there is); the SpecialResources
+            # and Nodes are cluster-scoped and watched whatever this says
+            namespaces=[namespace],
             stop_flag=stop,
             liveness_endpoint=f"http://0.0.0.0:{health_port}/healthz" if health_port else None,
         )
@@ -65,6 +74,18 @@ async def _run(namespace: str, image: str, metrics_port: int, health_port: int, 
         metrics.LEADER.set(0)
         if elect:
             await election.release()
+
+
+async def _standby_health(port: int) -> asyncio.Server:
+    """`GET /healthz` -> 200 while this replica waits for the lease (kopf serves it once leading)."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readline()
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 8\r\n\r\nstandby\n")
+        await writer.drain()
+        writer.close()
+
+    return await asyncio.start_server(answer, "0.0.0.0", port)
 
 
 @click.command("operator")

@@ -100,9 +100,11 @@ def merge_cluster_autoscaler(ours: Mapping[str, Any], existing: Mapping[str, Any
             "max": max(int(same.get("max", 0)), entry["max"]),
         }
         gpus = [merged if g is same else g for g in current]
+        was = f"{same.get('min')}..{same.get('max')}"
+        now = "unchanged" if merged == same else f"now {merged['min']}..{merged['max']}"
         note = (
-            f"ClusterAutoscaler already limited {entry['type']} to {same.get('min')}..{same.get('max')}; "
-            f"now {merged['min']}..{merged['max']} (raise max by hand if several pools share this type)"
+            f"ClusterAutoscaler already limited {entry['type']} to {was}; {now} "
+            f"(raise max by hand if several pools share this GPU type)"
         )
     out = {**ours, "spec": {"resourceLimits": {"gpus": gpus}}}
     return out, note

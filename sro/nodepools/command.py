@@ -162,14 +162,14 @@ def _apply(pool: Pool, client: Any) -> None:
 @nodepool.command("types")
 @click.option("--provider", type=click.Choice(PROVIDERS), help="Only this provider's types.")
 def types(provider: str | None) -> None:
-    """The GPU instance types sro knows, with the figures the autoscaler gets."""
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table("provider", "instance type", "vCPUs", "memory MiB", "GPUs", "product", "GPU type")
+    """The GPU instance types sro knows, with the figures the autoscaler gets (plain columns: they
+    stay whole in a narrow terminal and in a pipe)."""
+    rows = [("PROVIDER", "INSTANCE TYPE", "VCPUS", "MEMORY MIB", "GPUS", "PRODUCT", "GPU TYPE")]
     for p in PROVIDERS:
         if provider and p != provider:
             continue
         for t in INSTANCE_TYPES[p].values():
-            table.add_row(p, t.name, str(t.vcpus), str(t.memory_mib), str(t.gpus), t.product, t.accelerator)
-    Console().print(table)
+            rows.append((p, t.name, str(t.vcpus), str(t.memory_mib), str(t.gpus), t.product, t.accelerator))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())

@@ -152,25 +152,9 @@ def generate(
             )
     kubelet_labels = {k: v for k, v in labels.items() if not synced_by_cluster_api(k)}
     taints = list(req.taints) + ([startup_taint(req.special_resource)] if req.special_resource else [])
-    if (
-        bootstrap_ref is None
-        or bootstrap_ref.get("kind") != KUBEADM_CONFIG_TEMPLATE
-        or not str(bootstrap_ref.get("apiVersion", "")).startswith(BOOTSTRAP_GROUP)
-    ):
-        raise NodepoolError(
-            BOOTSTRAP_REF,
-            "node labels (cluster-api/accelerator, sro.dev/nodepool) and taints reach a Cluster API node "
-            "through the kubelet's registration, which sro sets in a KubeadmConfigTemplate; this "
-            f"MachineDeployment's bootstrap is {dict(bootstrap_ref) if bootstrap_ref else 'not a config template'}",
-        )
-    if bootstrap is None:
-        raise NodepoolError(
-            BOOTSTRAP_REF,
-            f"{KUBEADM_CONFIG_TEMPLATE} {bootstrap_ref.get('name')} not found: the pool copies it",
-        )
-
+    kubeadm = _kubeadm_template(bootstrap_ref, bootstrap)
     new_infra = _infra_template(infra, name, field, it.name, provider)
-    new_bootstrap = _bootstrap_template(bootstrap, name, kubelet_labels, taints)
+    new_bootstrap = _bootstrap_template(kubeadm, name, kubelet_labels, taints)
     # What a node of the pool will carry, for the autoscaler's template node: the kubelet's labels
     # and taints (the source template's too), the synced Machine labels, less the startup taint.
     registration = new_bootstrap["spec"]["template"]["spec"]["joinConfiguration"]["nodeRegistration"]
@@ -210,27 +194,53 @@ def generate(
         "spec": spec,
     }
 
-    notes = []
-    if req.special_resource and req.min_replicas is not None:
-        notes.append(
-            f"cluster autoscaler: start it with --startup-taint={startup_taint(req.special_resource).key} so "
-            f"a new node that is still being validated counts as starting, not as a node the pending GPU "
-            f"pods cannot use (which would scale the pool up again)"
-        )
-    if req.min_replicas is not None:
-        notes.append(
-            f"cluster autoscaler: --gpu-total={labels[ACCELERATOR_LABEL]}:{req.min_replicas * it.gpus}:"
-            f"{req.max_replicas * it.gpus if req.max_replicas is not None else 0} limits this GPU type "
-            f"cluster-wide (Cluster API has no ClusterAutoscaler object: it is a flag of its Deployment)"
-        )
     return Pool(
         name,
         provider,
         it,
         labels[ACCELERATOR_LABEL],
         (new_infra, new_bootstrap, deployment),
-        tuple(notes),
+        _notes(req, it.gpus, labels[ACCELERATOR_LABEL]),
     )
+
+
+def _kubeadm_template(ref: Mapping[str, Any] | None, template: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """The source's KubeadmConfigTemplate, the one bootstrap sro knows how to give labels and taints."""
+    if (
+        ref is None
+        or ref.get("kind") != KUBEADM_CONFIG_TEMPLATE
+        or not str(ref.get("apiVersion", "")).startswith(BOOTSTRAP_GROUP)
+    ):
+        raise NodepoolError(
+            BOOTSTRAP_REF,
+            "node labels (cluster-api/accelerator, sro.dev/nodepool) and taints reach a Cluster API node "
+            "through the kubelet's registration, which sro sets in a KubeadmConfigTemplate; this "
+            f"MachineDeployment's bootstrap is {dict(ref) if ref else 'not a config template'}",
+        )
+    if template is None:
+        raise NodepoolError(
+            BOOTSTRAP_REF, f"{KUBEADM_CONFIG_TEMPLATE} {ref.get('name')} not found: the pool copies it"
+        )
+    return template
+
+
+def _notes(req: PoolRequest, gpus: int, gpu_type: str) -> tuple[str, ...]:
+    """What the autoscaler's own Deployment needs (Cluster API has no ClusterAutoscaler object)."""
+    if req.min_replicas is None or req.max_replicas is None:
+        return ()
+    notes = []
+    if req.special_resource:
+        notes.append(
+            f"cluster autoscaler: start it with --startup-taint={startup_taint(req.special_resource).key} so "
+            f"a new node that is still being validated counts as starting, not as a node the pending GPU "
+            f"pods cannot use (which would scale the pool up again)"
+        )
+    notes.append(
+        f"cluster autoscaler: --gpu-total={gpu_type}:{req.min_replicas * gpus}:{req.max_replicas * gpus} "
+        f"limits this GPU type cluster-wide (Cluster API has no ClusterAutoscaler object: it is a flag "
+        f"of its Deployment)"
+    )
+    return tuple(notes)
 
 
 def _capacity(

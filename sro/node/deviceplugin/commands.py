@@ -19,10 +19,10 @@ import yaml
 
 from sro.api.recipes import BUILTIN, RecipeError, recipe_from_dict
 from sro.devices import open_backend
+from sro.devices.health import HealthTracker
 from sro.node.deviceplugin import resources
 from sro.node.deviceplugin.config import ConfigError
 from sro.node.deviceplugin.core import HealthBoard
-from sro.node.deviceplugin.health import HealthTracker
 from sro.node.deviceplugin.lifecycle import Plugin, load_config
 from sro.node.deviceplugin.server import DEFAULT_PLUGIN_DIR
 

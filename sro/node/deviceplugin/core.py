@@ -16,11 +16,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sro.api.recipes import Recipe
+from sro.devices.health import ALL, HealthTracker
 from sro.devices.model import HealthEvent
 from sro.node.deviceplugin import allocation, preferred
 from sro.node.deviceplugin.allocation import ContainerAllocation, MountSpec
 from sro.node.deviceplugin.config import PluginConfig
-from sro.node.deviceplugin.health import ALL, HealthTracker
 from sro.node.deviceplugin.resources import ResourcePlan, Unit
 
 

@@ -22,11 +22,11 @@ from pathlib import Path
 import yaml
 
 from sro.api.recipes import Recipe
+from sro.devices.health import HealthTracker
 from sro.devices.model import Backend, HealthEvent, Inventory
 from sro.node.deviceplugin import driverfiles, resources
 from sro.node.deviceplugin.config import ConfigError, PluginConfig, default_config, parse_config
 from sro.node.deviceplugin.core import HealthBoard, ResourceCore
-from sro.node.deviceplugin.health import HealthTracker
 from sro.node.deviceplugin.server import KUBELET_SOCKET, PluginServer, RegistrationError, register
 
 log = logging.getLogger(__name__)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from sro.devices.health import ALL, HealthTracker
 from sro.devices.model import DeviceUUID, HealthEvent
-from sro.node.deviceplugin.health import ALL, HealthTracker
 
 A, B = DeviceUUID("GPU-a"), DeviceUUID("GPU-b")
 

@@ -6,6 +6,10 @@ a sticky fault is active (the simulated driver's fault state) and for a quiet pe
 fault or its clearing; after that it is announced healthy again. `recover_after=None` keeps
 NVIDIA's never-recover behaviour. Time is passed in (monotonic seconds), so tests need no sleeps,
 and `next_change` tells the caller when to look again.
+
+Why in `devices/`: the device plugin announces health from these rules and the exporter reports it
+(`sro_device_healthy`); both import them from here, so the two can never disagree, and node agents
+never import each other.
 """
 
 from __future__ import annotations

@@ -44,6 +44,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "sro.operator.status_command:status",
         "SpecialResources and where each node stands, as tables.",
     ),
+    "report": (
+        "sro.report.command:report",
+        "A PNG of GPU utilisation and memory over time per device, node or namespace (Prometheus).",
+    ),
     "nodepool": (
         "sro.nodepools.command:nodepool",
         "GPU node pools: a GPU MachineSet/MachineDeployment with its autoscaler wiring.",

@@ -80,13 +80,19 @@ def _filters_text(filters: Filters) -> str:
     help="One line per device (gpu on a Hostname), per node, or per namespace (pods holding devices).",
 )
 @click.option(
-    "--since", default="1h", show_default=True, callback=_duration, help="How far back (30m, 6h, 2d)."
+    "--since",
+    default="1h",
+    show_default=True,
+    callback=_duration,
+    metavar="DURATION",
+    help="How far back (30m, 6h, 2d).",
 )
 @click.option(
     "--step",
     default="auto",
     show_default=True,
     callback=_duration,
+    metavar="DURATION|auto",
     help="Resolution (15s, 1m); auto: ~250 points.",
 )
 @click.option("--node", default="", help="Only this node (the Hostname label).")
@@ -100,7 +106,11 @@ def _filters_text(filters: Filters) -> str:
     help="The PNG to write.",
 )
 @click.option(
-    "--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for each answer."
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=30.0,
+    show_default=True,
+    help="Seconds to wait for each answer.",
 )
 @click.option(
     "--token",

@@ -3,6 +3,8 @@
 `render("node-report", image=...)` loads `<component>/*.yaml` in file-name order, fills the Jinja2
 placeholders (a missing value is an error, never an empty string) and returns the objects. The demo,
 the e2e tests and the operator all render the same templates, so what is tested is what is deployed.
+A template may embed another package file verbatim with `{{ package_file("monitoring/rules/x.yaml") }}`
+(alert rules and dashboards are kept as plain files, which promtool and the tests read directly).
 """
 
 from __future__ import annotations
@@ -15,6 +17,20 @@ import jinja2
 import yaml
 
 _env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+
+
+def package_file(path: str) -> str:
+    """The text of a data file under this package (`monitoring/rules/sro-alerts.yaml`)."""
+    parts = path.split("/")
+    if not path or path.startswith("/") or ".." in parts:
+        raise ValueError(f"package_file: {path!r} is not a relative path inside sro/manifests")
+    f = resources.files(__name__).joinpath(*parts)
+    if not f.is_file():
+        raise ValueError(f"package_file: no file {path!r} in sro/manifests")
+    return f.read_text()
+
+
+_env.globals["package_file"] = package_file
 
 
 def components() -> list[str]:

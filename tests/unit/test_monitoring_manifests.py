@@ -50,11 +50,11 @@ def test_templates_are_there() -> None:
 def test_without_the_prometheus_operator_no_crd_objects(values: dict[str, Any]) -> None:
     kinds = _kinds(_objects(**values))
     assert "PrometheusRule" not in kinds and "ServiceMonitor" not in kinds
-    assert ("ConfigMap", "sro-gpu-dashboard") in _objects(**values)
+    assert ("ConfigMap", "sro-simulated-gpu-monitoring-dashboard") in _objects(**values)
 
 
 def test_dashboard_configmap_for_grafanas_sidecar() -> None:
-    cm = _objects()[("ConfigMap", "sro-gpu-dashboard")]
+    cm = _objects()[("ConfigMap", "sro-simulated-gpu-monitoring-dashboard")]
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert cm["metadata"]["namespace"] == "sro-system"
     (key,) = cm["data"]
@@ -62,17 +62,17 @@ def test_dashboard_configmap_for_grafanas_sidecar() -> None:
     assert json.loads(cm["data"][key]) == load_dashboard()
     # a dashboard of the admin's own replaces ours, verbatim
     mine = json.dumps({"title": "mine", "panels": []}, indent=2)
-    cm = _objects(dashboard_json=mine)[("ConfigMap", "sro-gpu-dashboard")]
+    cm = _objects(dashboard_json=mine)[("ConfigMap", "sro-simulated-gpu-monitoring-dashboard")]
     assert cm["data"]["sro-gpu.json"].strip() == mine
 
 
 def test_with_the_prometheus_operator_rule_and_monitor() -> None:
     objs = _objects(prometheus_operator=True, monitoring_labels={"release": "kube-prometheus-stack"})
-    rule = objs[("PrometheusRule", "sro-gpu-alerts")]
+    rule = objs[("PrometheusRule", "sro-simulated-gpu-monitoring-alerts")]
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
     assert rule["spec"] == yaml.safe_load(RULES.read_text())  # the same file promtool tests
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
-    sm = objs[("ServiceMonitor", "sro-exporter")]
+    sm = objs[("ServiceMonitor", "sro-simulated-gpu-monitoring")]
     assert sm["apiVersion"] == "monitoring.coreos.com/v1"
     assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert sm["spec"]["namespaceSelector"] == {"matchNames": ["sro-system"]}
@@ -80,10 +80,32 @@ def test_with_the_prometheus_operator_rule_and_monitor() -> None:
     assert ep["honorLabels"] is True and ep["path"] == "/metrics"
     # the alert rules name the job: the ServiceMonitor takes it from the Service's name label
     assert sm["spec"]["jobLabel"] == "app.kubernetes.io/name"
-    assert sm["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] == "sro-exporter"
+    assert sm["spec"]["selector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "sro-exporter",
+        "app.kubernetes.io/instance": "simulated-gpu",
+    }
     assert 'job="sro-exporter"' in RULES.read_text()
     drop = [r for r in ep["relabelings"] if r.get("action") == "labeldrop"]
     assert drop and all(label in drop[0]["regex"].split("|") for label in ("pod", "namespace", "container"))
+
+
+def test_objects_are_named_per_specialresource() -> None:
+    """Two SpecialResources' monitoring states render objects that do not clash (each is owned by its
+    SpecialResource); without `name`, each recipe gets its own."""
+    a = _objects(prometheus_operator=True, name="sro-a-monitoring", recipe="simulated-gpu")
+    b = _objects(prometheus_operator=True, name="sro-b-monitoring", recipe="nvidia-gpu")
+    shared = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+    assert not {k for k in set(a) & set(b) if k[0] not in shared}  # sro install's kinds are one for all
+    plain = render(
+        "monitoring", namespace="sro-system", image="x", pull_policy="Never", prometheus_operator=True
+    )
+    assert {
+        d["metadata"]["name"] for d in plain if d["kind"] in ("ServiceMonitor", "PrometheusRule", "ConfigMap")
+    } == {
+        "sro-exporter-nvidia-gpu",
+        "sro-exporter-nvidia-gpu-alerts",
+        "sro-exporter-nvidia-gpu-dashboard",
+    }
 
 
 def _service(objs: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
@@ -97,7 +119,7 @@ def _service(objs: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
 def test_servicemonitor_selects_the_exporters_service() -> None:
     objs = _objects(prometheus_operator=True)
     svc = _service(objs)
-    sm = objs[("ServiceMonitor", "sro-exporter")]
+    sm = objs[("ServiceMonitor", "sro-simulated-gpu-monitoring")]
     labels = svc["metadata"].get("labels", {})
     assert sm["spec"]["selector"]["matchLabels"].items() <= labels.items()
     assert labels[sm["spec"]["jobLabel"]] == "sro-exporter"

@@ -116,7 +116,11 @@ def plugin(cluster: LocalCluster, sro_image: str, driver: dict[str, object]) -> 
         objs = yaml.safe_dump_all(docs)
         cluster.kubectl("delete", "--ignore-not-found", "--wait=true", "-f", "-", input=objs, check=False)
         if not namespace_existed:
-            cluster.kubectl("delete", "namespace", NS, "--ignore-not-found", "--wait=false", check=False)
+            # wait until it is gone: the next test may create it again, and a namespace being
+            # terminated refuses new objects
+            cluster.kubectl(
+                "delete", "namespace", NS, "--ignore-not-found", "--wait=true", "--timeout=180s", check=False
+            )
 
 
 def plugin_logs(cluster: LocalCluster) -> str:

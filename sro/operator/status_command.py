@@ -93,7 +93,13 @@ def quota_rows(quotas: Sequence[Mapping[str, Any]]) -> list[tuple[str, ...]]:
 @click.argument("name", required=False)
 @click.option("--kubeconfig", default=None, help="Default: $KUBECONFIG, in-cluster, ~/.kube/config.")
 @click.option("--logs/--no-logs", default=True, show_default=True, help="Show failing pods' log tails.")
-def status(name: str | None, kubeconfig: str | None, logs: bool) -> None:
+@click.option(
+    "--prometheus",
+    default=None,
+    help="Prometheus with the exporter's metrics, for a utilisation line per node "
+    "(default: $PROMETHEUS_URL, else http://127.0.0.1:9090; nothing is shown when unreachable).",
+)
+def status(name: str | None, kubeconfig: str | None, logs: bool, prometheus: str | None) -> None:
     """SpecialResources and, for each, every matching node's state as a table.
 
     States in order: driver, driver-validation, runtime, device-plugin, device-plugin-validation,
@@ -140,4 +146,8 @@ def status(name: str | None, kubeconfig: str | None, logs: bool) -> None:
                 if row.get("log"):
                     console.print(f"[bold]{row['name']}[/bold] {row.get('failing')} log tail:")
                     console.print(row["log"].rstrip(), markup=False, highlight=False)
+    from sro.report.summary import utilisation_lines
+
+    for line in utilisation_lines(prometheus):
+        console.print(line, markup=False, highlight=False)
     sys.exit(0 if all(sr.status.get("ready") == "True" for sr in srs) else 3)

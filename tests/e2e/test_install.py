@@ -10,9 +10,7 @@ copy: the test skips when another test is using them (a SpecialResource or an op
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from sro.api.names import MANAGED_BY_LABEL
 from sro.api.specialresource import crd
 from sro.installing import objects
 from sro.local.cluster import LocalCluster
+from tests.e2e.helpers import sro
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -29,18 +28,6 @@ NS = "sro-e2e-install"
 CRD_NAME = crd()["metadata"]["name"]
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 BLOCKER = "sro.dev/e2e-install-blocker"  # a finalizer no operator removes
-
-
-def sro(cluster: LocalCluster, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "sro", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def _ok(r: subprocess.CompletedProcess[str]) -> str:

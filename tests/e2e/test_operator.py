@@ -12,13 +12,10 @@ Ready, takeover time) are printed as FIGURE lines.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +35,7 @@ from sro.api.specialresource import (
     validated_label,
 )
 from sro.local.cluster import LocalCluster
+from tests.e2e.helpers import figure, get_json, sro, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -47,36 +45,6 @@ BAD = "broken-templates"
 CHAIN = (DRIVER, DRIVER_VALIDATION, RUNTIME, DEVICE_PLUGIN, DEVICE_PLUGIN_VALIDATION, FEATURE_DISCOVERY)
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "simulated-gpu.yaml"
 DRIVER_ROOT = Path(SIMULATED_GPU.driver_root)
-
-
-def figure(text: str) -> None:
-    print(f"FIGURE {text}", file=sys.__stderr__, flush=True)
-
-
-def sro(cluster: LocalCluster, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "sro", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 180, every: float = 0.5, why: Callable[[], str] = str) -> float:  # fmt: skip
-    start = time.monotonic()
-    while True:
-        if check():
-            return time.monotonic() - start
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{why()}")
-        time.sleep(every)
-
-
-def get_json(cluster: LocalCluster, *args: str) -> Any:
-    return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
 
 
 def sr_doc(cluster: LocalCluster, name: str = SR) -> dict[str, Any]:

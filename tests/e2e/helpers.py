@@ -1,0 +1,44 @@
+"""Small helpers the e2e tests share: run the `sro` CLI against the local cluster, wait for a
+condition with a useful message, read objects as JSON, print a FIGURE line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sro.local.cluster import LocalCluster
+
+
+def figure(text: str) -> None:
+    print(f"FIGURE {text}", file=sys.__stderr__, flush=True)
+
+
+def sro(cluster: LocalCluster, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "sro", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 180, every: float = 0.5, why: Callable[[], str] = str) -> float:  # fmt: skip
+    start = time.monotonic()
+    while True:
+        if check():
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{why()}")
+        time.sleep(every)
+
+
+def get_json(cluster: LocalCluster, *args: str) -> Any:
+    return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)

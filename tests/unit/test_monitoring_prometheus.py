@@ -9,22 +9,28 @@ the same of the exporter running in the cluster.
 
 from __future__ import annotations
 
+import copy
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from sro.manifests import render
 from tests.real_prometheus import (
     JOB,
     PROMETHEUS,
     Prometheus,
     PrometheusError,
+    endpoints_targets,
     exposition_metrics,
     grafana_intervals,
     load_dashboard,
     panel_queries,
     serve_text,
+    shipped_scrape_job,
     substitute,
     variable_queries,
 )
@@ -176,3 +182,51 @@ def test_dashboard_answers_on_the_exporters_golden_output(golden: Path, tmp_path
             assert not failures, "\n".join(failures)
             rules = [r for g in prom.api("rules")["groups"] for r in g["rules"]]
             assert all(r["health"] != "err" for r in rules), rules
+
+
+def test_annotation_scrape_job_finds_the_exporters_service(tmp_path: Path) -> None:
+    """Without the Prometheus operator: the shipped scrape job (scrape/sro-exporter.yaml) keeps the
+    exporter's Service by its label and prometheus.io annotations, scrapes the annotated port and
+    path as job sro-exporter, and drops every other Service."""
+    docs = render(
+        "monitoring", namespace="sro-system", image="x", pull_policy="Never", recipe="simulated-gpu"
+    )
+    services = [d for d in docs if d["kind"] == "Service"]
+    if not services:
+        pytest.skip("the exporter's Service (sro/manifests/monitoring/0600_*) is not there yet")
+    (svc,) = services
+    with serve_text(FIXTURE.read_text()) as target:
+        port = int(target.rsplit(":", 1)[1])
+        svc["metadata"]["annotations"]["prometheus.io/port"] = str(port)  # where this test serves it
+        other = {"metadata": {"name": "not-annotated", "namespace": "sro-system", "labels": {"app": "x"}}}
+        unannotated = copy.deepcopy(svc)
+        unannotated["metadata"]["name"] = "no-scrape"
+        del unannotated["metadata"]["annotations"]["prometheus.io/scrape"]
+
+        def endpoints(pod: str) -> dict[str, Any]:
+            addr = {"ip": "127.0.0.1", "nodeName": "sim-node-1", "targetRef": {"kind": "Pod", "name": pod}}
+            return {"subsets": [{"addresses": [addr], "ports": [{"name": "metrics", "port": 9400}]}]}
+
+        groups = [
+            *endpoints_targets(svc, endpoints("sro-exporter-abcde")),
+            *endpoints_targets(other, endpoints("other-1")),
+            *endpoints_targets(unannotated, endpoints("other-2")),
+        ]
+        sd = tmp_path / "targets.json"
+        sd.write_text(json.dumps(groups))
+        with Prometheus.start(tmp_path, [shipped_scrape_job(sd)]) as prom:
+            up = prom.wait_for(f'up{{job="{JOB}"}} == 1', what="the exporter target up")
+            assert [r["metric"] for r in up] == [
+                {
+                    "__name__": "up",
+                    "job": JOB,
+                    "instance": target,
+                    "node": "sim-node-1",
+                    "exporter_pod": "sro-exporter-abcde",
+                }
+            ]
+            active = prom.api("targets")["activeTargets"]
+            assert len(active) == 1, active
+            # the exporter's own pod labels survive (honor_labels)
+            held = prom.query('count(DCGM_FI_DEV_GPU_UTIL{namespace="team-a", pod!=""})')
+            assert held and held[0]["value"][1] == "2"

@@ -1,5 +1,6 @@
-"""`sro driver simulate` (install/remove the simulated driver) and `sro simulate fault` (inject or
-clear a device fault). Thin: parsing and printing around `simconfig`, `simulated_driver` and
+"""`sro driver simulate` (install/remove the simulated driver), `sro simulate fault` (inject or
+clear a device fault) and `sro simulate load` (set or clear the load the exporter's simulated
+readings follow, `sro.devices.simreadings`). Thin: parsing and printing around `simconfig`, `simulated_driver` and
 `driverstate`; every path is an option so the same commands work on a host and on a temp tree.
 
 `sro driver simulate --hold` is the payload of the driver DaemonSet: it installs, marks the driver
@@ -17,7 +18,7 @@ import yaml
 
 from sro.api.recipes import SIMULATED_GPU
 from sro.devices import driverstate, simconfig, simulated_driver
-from sro.devices.model import DeviceUUID
+from sro.devices.model import DeviceUUID, Inventory
 
 # Written under the driver root by `--hold` once the driver is installed, removed before it is taken
 # away: the driver pod's readiness probe (sro/manifests/driver) tests for it.
@@ -112,7 +113,32 @@ def _hold(driver_root: Path, dev_root: Path) -> None:
 
 @click.group("simulate")
 def simulate() -> None:
-    """Inject faults into the SIMULATED driver's devices."""
+    """Inject faults into the SIMULATED driver's devices, or put a load on them."""
+
+
+def _inventory(driver_root: Path) -> Inventory:
+    try:
+        return driverstate.read_inventory(driver_root)
+    except driverstate.DriverStateError as e:
+        raise click.ClickException(str(e)) from e
+
+
+def _targets(inv: Inventory, devices: tuple[str, ...], all_devices: bool) -> list[DeviceUUID]:
+    """The UUIDs named by --device (index, UUID, MIG UUID or PCI bus id) or --all."""
+    migs = inv.mig_by_uuid()
+    targets: list[DeviceUUID] = []
+    for ref in devices:
+        d = inv.find(ref)
+        if d is not None:
+            targets.append(d.uuid)
+        elif ref in migs:
+            targets.append(DeviceUUID(ref))
+        else:
+            known = ", ".join(f"{x.index}={x.uuid}" for x in inv.devices)
+            raise click.ClickException(f"--device {ref!r}: no such simulated device (known: {known})")
+    if all_devices:
+        targets = [d.uuid for d in inv.devices]
+    return targets
 
 
 @simulate.command("fault")
@@ -129,23 +155,8 @@ def fault(devices: tuple[str, ...], all_devices: bool, xid: int, clear: bool, dr
     """Inject (or --clear) an Xid fault; the device plugin turns it into device health."""
     if not devices and not all_devices:
         raise click.UsageError("name a device with --device, or use --all")
-    try:
-        inv = driverstate.read_inventory(driver_root)
-    except driverstate.DriverStateError as e:
-        raise click.ClickException(str(e)) from e
-    migs = inv.mig_by_uuid()
-    targets: list[DeviceUUID] = []
-    for ref in devices:
-        d = inv.find(ref)
-        if d is not None:
-            targets.append(d.uuid)
-        elif ref in migs:
-            targets.append(DeviceUUID(ref))
-        else:
-            known = ", ".join(f"{x.index}={x.uuid}" for x in inv.devices)
-            raise click.ClickException(f"--device {ref!r}: no such simulated device (known: {known})")
-    if all_devices:
-        targets = [d.uuid for d in inv.devices]
+    inv = _inventory(driver_root)
+    targets = _targets(inv, devices, all_devices)
     if clear:
         cleared = driverstate.clear_faults(driver_root, None if all_devices else targets)
         click.echo(json.dumps({"cleared": cleared}))
@@ -156,13 +167,69 @@ def fault(devices: tuple[str, ...], all_devices: bool, xid: int, clear: bool, dr
     click.echo()
 
 
+@simulate.command("load")
+@click.option(
+    "--device", "devices", multiple=True, help="Device index, UUID, MIG UUID or PCI bus id (repeatable)."
+)
+@click.option("--all", "all_devices", is_flag=True, help="Every device (with --clear: every load).")
+@click.option("--util", type=click.FloatRange(0, 100), help="Utilisation in percent (DCGM_FI_DEV_GPU_UTIL).")
+@click.option(
+    "--memory", "memory_mib", type=click.IntRange(0), help="Framebuffer used in MiB (DCGM_FI_DEV_FB_USED)."
+)
+@click.option("--clear", is_flag=True, help="Clear the load(s): readings follow the pods again.")
+@_root_option
+def load(
+    devices: tuple[str, ...],
+    all_devices: bool,
+    util: float | None,
+    memory_mib: int | None,
+    clear: bool,
+    driver_root: Path,
+) -> None:
+    """Set (or --clear) the load the exporter reports for SIMULATED devices.
+
+    Without a load, a simulated device's utilisation and memory follow the pods that hold it; with
+    one, they follow the load (with a little noise), and temperature and power follow utilisation.
+    """
+    if not devices and not all_devices:
+        raise click.UsageError("name a device with --device, or use --all")
+    if not clear and util is None and memory_mib is None:
+        raise click.UsageError("give --util and/or --memory (or --clear)")
+    if clear and (util is not None or memory_mib is not None):
+        raise click.UsageError("--clear takes no --util or --memory")
+    inv = _inventory(driver_root)
+    targets = _targets(inv, devices, all_devices)
+    try:
+        if clear:
+            cleared = driverstate.clear_loads(driver_root, None if all_devices else targets)
+            click.echo(json.dumps({"cleared": cleared}))
+            return
+        if memory_mib is not None:
+            sizes = {d.uuid: d.memory_mib for d in inv.devices} | {
+                m.uuid: m.memory_mib for m in inv.mig_by_uuid().values()
+            }
+            too_small = [u for u in targets if memory_mib > sizes[u]]
+            if too_small:
+                raise click.ClickException(
+                    f"--memory {memory_mib}: more than the framebuffer of {too_small[0]} "
+                    f"({sizes[too_small[0]]} MiB)"
+                )
+        for uuid in targets:
+            driverstate.set_load(driver_root, uuid, util, memory_mib)
+    except driverstate.DriverStateError as e:
+        raise click.ClickException(str(e)) from e
+    json.dump({"load": {"util": util, "memoryMiB": memory_mib, "devices": targets}}, sys.stdout)
+    click.echo()
+
+
 @simulate.command("status")
 @_root_option
 def status(driver_root: Path) -> None:
-    """Print the SIMULATED devices and their active faults as JSON."""
+    """Print the SIMULATED devices, their active faults and loads as JSON."""
     try:
         inv = driverstate.read_inventory(driver_root)
         faults = driverstate.read_faults(driver_root)
+        loads = driverstate.read_loads(driver_root)
     except driverstate.DriverStateError as e:
         raise click.ClickException(str(e)) from e
     out = {
@@ -176,6 +243,9 @@ def status(driver_root: Path) -> None:
                 "fault": None
                 if d.uuid not in faults
                 else {"xid": faults[d.uuid].xid, "since": faults[d.uuid].since},
+                "load": None
+                if d.uuid not in loads
+                else {"util": loads[d.uuid].util, "memoryMiB": loads[d.uuid].memory_mib},
                 "mig": [
                     {"uuid": m.uuid, "profile": m.profile, "fault": m.uuid in faults} for m in d.mig_devices
                 ],

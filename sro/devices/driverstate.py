@@ -1,4 +1,4 @@
-"""The simulated driver's state files: the device list and the fault state.
+"""The simulated driver's state files: the device list, the fault state and the load state.
 
 Why files: the simulated driver (`sro driver simulate`), fault injection (`sro simulate fault`), the
 device plugin, the exporter and runtime injection are separate processes, often in separate
@@ -23,6 +23,9 @@ from sro.api.recipes import SIMULATED_DEVICE_LIST, SIMULATED_FAULTS
 from sro.devices.model import Device, DeviceUUID, Inventory, MigDevice
 
 FORMAT_VERSION = 1
+# What `sro simulate load` sets (utilisation and memory per device), read by the exporter's
+# simulated readings (`sro.devices.simreadings`); next to the fault state, under the driver root.
+SIMULATED_LOADS = "loads.json"
 
 
 class DriverStateError(ValueError):
@@ -34,6 +37,15 @@ class Fault:
     xid: int
     since: float  # wall-clock time it was injected
     message: str = ""
+
+
+@dataclass(frozen=True)
+class Load:
+    """A load the user put on a simulated device; None leaves that reading to the model."""
+
+    util: float | None  # percent, 0..100
+    memory_mib: int | None  # framebuffer used
+    since: float = 0.0
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -211,4 +223,75 @@ def clear_faults(driver_root: Path, uuids: list[DeviceUUID] | None) -> list[Devi
             faults = {}  # clearing everything also repairs a damaged fault file
         cleared = [u for u in faults if uuids is None or u in uuids]
         _write_faults(driver_root, {u: f for u, f in faults.items() if u not in cleared})
+        return cleared
+
+
+def loads_from_doc(doc: Any, where: str) -> dict[DeviceUUID, Load]:
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("loads", {}), Mapping):
+        raise DriverStateError(f"{where}: expected {{'loads': {{uuid: {{util, memoryMiB}}}}}}")
+    out = {}
+    for uuid, entry in doc.get("loads", {}).items():
+        if not isinstance(entry, Mapping):
+            raise DriverStateError(f"{where}: loads[{uuid!r}]: expected a mapping with util and/or memoryMiB")
+        util, memory = entry.get("util"), entry.get("memoryMiB")
+        if util is not None and (
+            isinstance(util, bool) or not isinstance(util, int | float) or not 0 <= util <= 100
+        ):
+            raise DriverStateError(
+                f"{where}: loads[{uuid!r}].util must be a number in [0, 100], got {util!r}"
+            )
+        if memory is not None and (isinstance(memory, bool) or not isinstance(memory, int) or memory < 0):
+            raise DriverStateError(
+                f"{where}: loads[{uuid!r}].memoryMiB must be a non-negative integer, got {memory!r}"
+            )
+        out[DeviceUUID(uuid)] = Load(
+            util=None if util is None else float(util), memory_mib=memory, since=float(entry.get("since", 0))
+        )
+    return out
+
+
+def read_loads(driver_root: Path) -> dict[DeviceUUID, Load]:
+    """Loads set by `sro simulate load`, by device (or MIG device) UUID; no file means none."""
+    path = driver_root / SIMULATED_LOADS
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except json.JSONDecodeError as e:
+        raise DriverStateError(f"{path}: not JSON: {e}") from e
+    return loads_from_doc(doc, str(path))
+
+
+def _write_loads(driver_root: Path, loads: Mapping[DeviceUUID, Load]) -> None:
+    doc = {
+        "loads": {
+            u: {
+                k: v
+                for k, v in (("util", x.util), ("memoryMiB", x.memory_mib), ("since", x.since))
+                if v is not None
+            }
+            for u, x in sorted(loads.items())
+        }
+    }
+    write_atomic(driver_root / SIMULATED_LOADS, json.dumps(doc, indent=2) + "\n")
+
+
+def set_load(driver_root: Path, uuid: DeviceUUID, util: float | None, memory_mib: int | None) -> None:
+    with _locked(driver_root):
+        loads = read_loads(driver_root)
+        loads[uuid] = Load(util=util, memory_mib=memory_mib, since=time.time())
+        _write_loads(driver_root, loads)
+
+
+def clear_loads(driver_root: Path, uuids: list[DeviceUUID] | None) -> list[DeviceUUID]:
+    """Clear the loads of `uuids` (all when None); returns the ones that were set."""
+    with _locked(driver_root):
+        try:
+            loads = read_loads(driver_root)
+        except DriverStateError:
+            if uuids is not None:
+                raise
+            loads = {}  # clearing everything also repairs a damaged load file
+        cleared = [u for u in loads if uuids is None or u in uuids]
+        _write_loads(driver_root, {u: x for u, x in loads.items() if u not in cleared})
         return cleared

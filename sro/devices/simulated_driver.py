@@ -225,7 +225,7 @@ def remove(driver_root: Path, dev_root: Path, recipe: Recipe = SIMULATED_GPU) ->
             if stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) == major:
                 path.unlink()
                 removed.append(path)
-    for name in (SIMULATED_DEVICE_LIST, SIMULATED_FAULTS, ".faults.lock"):
+    for name in (SIMULATED_DEVICE_LIST, SIMULATED_FAULTS, driverstate.SIMULATED_LOADS, ".faults.lock"):
         with contextlib.suppress(FileNotFoundError):
             (driver_root / name).unlink()
             removed.append(driver_root / name)

@@ -62,11 +62,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "simulate": (
         "sro.devices.commands:simulate",
-        "Inject or clear faults on SIMULATED devices (`simulate fault`).",
+        "Faults and loads on SIMULATED devices (`simulate fault`, `simulate load`).",
     ),
     "device-plugin": (
         "sro.node.deviceplugin.commands:device_plugin",
         "Kubelet device plugin (v1beta1) for a recipe's devices.",
+    ),
+    "exporter": (
+        "sro.node.exporter.command:exporter",
+        "Prometheus metrics of a recipe's devices (dcgm-exporter names), per pod.",
     ),
     "cdi": ("sro.node.runtime.commands:cdi", "CDI specs for the recipes' devices (generate)."),
     "hook": (

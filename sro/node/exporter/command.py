@@ -1,0 +1,214 @@
+"""`sro exporter`: Prometheus metrics of a recipe's devices, with dcgm-exporter's names and labels.
+
+Thin: options in, a `Collector` (sources → snapshot every `--interval`) and a `MetricsServer` (the
+snapshot's bytes at `/metrics`) run until SIGTERM/SIGINT; SIGUSR1 collects at once. `--once` is the
+dry run: one collection printed as exposition text (or written to `--output`), for goldens and for
+a quick look at a node.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+
+import click
+import yaml
+
+from sro.api.recipes import BUILTIN, Recipe, RecipeError, recipe_from_dict
+from sro.devices.model import Backend
+from sro.devices.telemetry import Telemetry
+from sro.node.exporter import nodefacts, podresources
+from sro.node.exporter.attribution import Assignment
+from sro.node.exporter.collecting import BackendOpener, Collector, NodeReader, PodLister
+from sro.node.exporter.serving import MetricsServer, parse_address
+
+log = logging.getLogger(__name__)
+
+PRIME_SECONDS = 0.3  # the simulated backend reports active faults at once; NVML has no history
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_interval(text: str) -> float:
+    """'30s', '500ms', '2m', '1h' or plain seconds; at least 100 ms."""
+    m = _DURATION.match(text.strip())
+    if not m:
+        raise click.BadParameter(f"{text!r}: expected a duration such as 30s, 500ms or 2m")
+    seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    if seconds < 0.1:
+        raise click.BadParameter(f"{text!r}: at least 100ms")
+    return seconds
+
+
+def backend_opener(recipe: Recipe, driver_root: Path | None, seed: str) -> BackendOpener:
+    def open_devices() -> tuple[Backend, Telemetry]:
+        from sro.devices import open_backend
+        from sro.devices.telemetry import open_telemetry
+
+        backend = open_backend(recipe, driver_root)
+        return backend, open_telemetry(backend, seed)
+
+    return open_devices
+
+
+def node_reader(node_name: str, domain: str, srs: tuple[str, ...]) -> NodeReader:
+    """Reads this Node through sro/kube/ (a `get`); the client is made on first use and kept."""
+    client: list[object] = []
+
+    def read() -> nodefacts.NodeFacts:
+        from sro.kube.client import sync_client
+        from sro.kube.nodestatus import read_node_status
+
+        if not client:
+            client.append(sync_client(timeout=10))
+        status = read_node_status(client[0], node_name)  # type: ignore[arg-type]
+        return nodefacts.facts(status.labels, status.allocatable, domain, srs)
+
+    return read
+
+
+def pod_lister(path: Path) -> PodLister:
+    def list_pods() -> list[Assignment]:
+        return podresources.list_assignments(path)
+
+    return list_pods
+
+
+@click.command("exporter")
+@click.option(
+    "--recipe", "recipe_name", type=click.Choice(sorted(BUILTIN)), default="nvidia-gpu", show_default=True
+)
+@click.option(
+    "--recipe-file", type=click.Path(path_type=Path, dir_okay=False), help="A custom recipe (YAML)."
+)
+@click.option(
+    "--driver-root", type=click.Path(path_type=Path), help="Where this process sees the driver root."
+)
+@click.option(
+    "--pod-resources-socket",
+    type=click.Path(path_type=Path),
+    default=podresources.DEFAULT_SOCKET,
+    show_default=True,
+    help="The kubelet's pod-resources socket (pod, namespace and container labels).",
+)
+@click.option(
+    "--node-name",
+    envvar="NODE_NAME",
+    default="",
+    help="This node ($NODE_NAME): Hostname label, allocatable and stack state from the Node.",
+)
+@click.option(
+    "--sr",
+    "srs",
+    multiple=True,
+    help="SpecialResource whose states to report even before the node has its labels (repeatable).",
+)
+@click.option("--address", default=":9400", show_default=True, help="[HOST]:PORT to serve /metrics on.")
+@click.option("--interval", default="30s", show_default=True, help="How often to collect (30s, 500ms, 2m).")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Health policy (the `health` section of a device-plugin config file; re-read when it changes).",
+)
+@click.option("--seed", default="sro", show_default=True, help="Seed of the simulated readings' noise.")
+@click.option("--once", is_flag=True, help="Collect once, print the exposition text and exit.")
+@click.option(
+    "--output",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="With --once: write the text to this file instead of stdout.",
+)
+def exporter(
+    recipe_name: str,
+    recipe_file: Path | None,
+    driver_root: Path | None,
+    pod_resources_socket: Path,
+    node_name: str,
+    srs: tuple[str, ...],
+    address: str,
+    interval: str,
+    config_path: Path | None,
+    seed: str,
+    once: bool,
+    output: Path | None,
+) -> None:
+    """Serve Prometheus metrics of a recipe's devices (dcgm-exporter's names and labels), per pod."""
+    recipe = BUILTIN[recipe_name]
+    if recipe_file is not None:
+        try:
+            recipe = recipe_from_dict(yaml.safe_load(recipe_file.read_text()))
+        except (OSError, yaml.YAMLError, RecipeError) as e:
+            raise click.ClickException(f"{recipe_file}: {e}") from e
+    seconds = parse_interval(interval)
+    try:
+        bind = parse_address(address)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from e
+    if output is not None and not once:
+        raise click.UsageError("--output goes with --once")
+    domain = recipe.resource.partition("/")[0]
+    collector = Collector(
+        backend_opener(recipe, driver_root, seed),
+        domain=domain,
+        hostname=node_name or socket.gethostname(),
+        simulated=recipe.simulated,
+        list_pods=pod_lister(pod_resources_socket),
+        read_node=node_reader(node_name, domain, srs) if node_name else None,
+        config_path=config_path,
+    )
+    if once:
+        collector.prime(PRIME_SECONDS)
+        text = collector.collect().text
+        collector.close()
+        if output is not None:
+            output.write_bytes(text)
+        else:
+            sys.stdout.buffer.write(text)
+            sys.stdout.flush()
+        return
+    _serve(collector, bind, seconds, recipe)
+
+
+def _serve(collector: Collector, bind: tuple[str, int], interval: float, recipe: Recipe) -> None:
+    stop = threading.Event()
+
+    def on_stop(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %s: stopping", signum)
+        stop.set()
+        collector.request()
+
+    signal.signal(signal.SIGTERM, on_stop)
+    signal.signal(signal.SIGINT, on_stop)
+    signal.signal(signal.SIGUSR1, lambda signum, frame: collector.request())
+    collector.prime(PRIME_SECONDS)
+    collector.collect()
+
+    def healthy() -> bool:
+        return time.monotonic() - collector.snapshot.at < 3 * interval + 30
+
+    try:
+        server = MetricsServer(bind, lambda: collector.snapshot.text, healthy)
+    except OSError as e:
+        collector.close()
+        raise click.ClickException(f"cannot serve on {bind[0] or '*'}:{bind[1]}: {e.strerror}") from e
+    server.start()
+    log.info(
+        "sro exporter: recipe %s, serving :%d/metrics, collecting every %gs (pid %d; SIGUSR1 collects now)",
+        recipe.name,
+        server.port,
+        interval,
+        os.getpid(),
+    )
+    try:
+        collector.run(stop, interval, immediately=False)
+    finally:
+        server.stop()
+        collector.close()

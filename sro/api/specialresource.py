@@ -47,8 +47,9 @@ STATE_FIELDS: Final = {
     MONITORING: "monitoring",
     FEATURE_DISCOVERY: "featureDiscovery",
 }
-# Disabled unless asked: the monitoring state has no exporter to deploy yet (status says so).
-DISABLED_BY_DEFAULT: Final = frozenset({MONITORING})
+# States an admin must turn on; every state is on by default (monitoring included, as dcgm-exporter
+# is in NVIDIA's operator).
+DISABLED_BY_DEFAULT: Final = frozenset[str]()
 
 READY: Final = "ready"
 LABEL_NAME_MAX: Final = 63  # the part of a label key after the prefix
@@ -386,7 +387,8 @@ def spec_schema() -> dict[str, Any]:
         RUNTIME: "Installs the OCI hook, the runtime handler's launcher and CDI specs under /var/lib/sro/runtime.",
         DEVICE_PLUGIN: "The kubelet device plugin announcing the recipe's extended resource.",
         DEVICE_PLUGIN_VALIDATION: "A pod per node that gets one device through the scheduler and uses it.",
-        MONITORING: "The metrics exporter (not deployed yet by this version; keep it disabled).",
+        MONITORING: "The metrics exporter (dcgm-exporter's metrics, per pod), its Service, and with the "
+        "Prometheus operator a ServiceMonitor and PrometheusRule; a Grafana dashboard ConfigMap.",
         FEATURE_DISCOVERY: "Ready once discovery has published the recipe's device labels on the node.",
     }
     extras: dict[str, dict[str, Any]] = {

@@ -20,7 +20,8 @@ from typing import Any
 import httpx
 import yaml
 from lightkube import ALL_NS, ApiError, AsyncClient, codecs
-from lightkube.generic_resource import create_global_resource
+from lightkube.generic_resource import create_global_resource, create_namespaced_resource
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import ConfigMap, LimitRange, Namespace, Node, Pod, ResourceQuota, Service
 from lightkube.resources.scheduling_v1 import PriorityClass
@@ -44,6 +45,16 @@ log = logging.getLogger(__name__)
 
 SpecialResource = create_global_resource(GROUP, VERSION, KIND, PLURAL)
 OWNED_KINDS: Mapping[str, Any] = {"DaemonSet": DaemonSet, "ConfigMap": ConfigMap, "Service": Service}
+# The Prometheus operator's kinds, owned only where its CRDs exist (the monitoring state renders them then)
+MONITORING_KINDS: Mapping[str, Any] = {
+    "ServiceMonitor": create_namespaced_resource(
+        "monitoring.coreos.com", "v1", "ServiceMonitor", "servicemonitors"
+    ),
+    "PrometheusRule": create_namespaced_resource(
+        "monitoring.coreos.com", "v1", "PrometheusRule", "prometheusrules"
+    ),
+}
+SERVICE_MONITOR_CRD = "servicemonitors.monitoring.coreos.com"
 ELSEWHERE_KINDS: Mapping[str, Any] = {
     "PriorityClass": PriorityClass,
     "ResourceQuota": ResourceQuota,
@@ -88,6 +99,15 @@ class SpecialResourceIO:
             return ""
         return "".join(lines)[-1024:]
 
+    async def _exists(self, res: Any, name: str) -> bool:
+        try:
+            await self.client.get(res, name)
+        except ApiError as e:
+            if _code(e) == 404:
+                return False
+            raise
+        return True
+
     async def _config_map(self, name: str) -> dict[str, str] | None:
         try:
             cm = await self.client.get(ConfigMap, name, namespace=self.namespace)
@@ -107,8 +127,10 @@ class SpecialResourceIO:
             if info.phase == "Failed" or info.reason in HARD_REASONS or info.restarts >= 3:
                 info = pod_from_json(_dict(p), log=await self._log_tail(info.name))
             pods.append(info)
+        prometheus_operator = await self._exists(CustomResourceDefinition, SERVICE_MONITOR_CRD)
         owned: list[tuple[str, str]] = []
-        for kind, res in OWNED_KINDS.items():
+        kinds = {**OWNED_KINDS, **(MONITORING_KINDS if prometheus_operator else {})}
+        for kind, res in kinds.items():
             async for o in self.client.list(res, namespace=ns, labels=selector):
                 owned.append((kind, _dict(o)["metadata"]["name"]))
         everyone = [sr_from_json(_dict(o)) async for o in self.client.list(SpecialResource)]
@@ -138,6 +160,7 @@ class SpecialResourceIO:
             namespaces=tuple(namespaces),
             quotas=tuple(quotas),
             owned_elsewhere=tuple(await self._owned_elsewhere(sr.name)),
+            prometheus_operator=prometheus_operator,
             sr=sr,
             nodes=tuple(nodes),
             pods=tuple(pods),
@@ -177,7 +200,7 @@ class SpecialResourceIO:
                 failures += 1
                 log.warning("%s: could not apply %s/%s: %s", sr.name, *key, e)
         for kind, name in plan.delete:
-            failures += not await self._delete(OWNED_KINDS[kind], name)
+            failures += not await self._delete({**OWNED_KINDS, **MONITORING_KINDS}[kind], name)
             self._applied.pop((kind, name), None)
             log.info("%s: deleted stale %s/%s", sr.name, kind, name)
         for kind, ns, name in plan.delete_elsewhere:
@@ -250,7 +273,10 @@ class SpecialResourceIO:
         until its pods are gone (the driver unloads and the runtime files go as the pods stop).
         Returns what could not be removed (empty when all is gone)."""
         selector: dict[str, Any] = {SPECIALRESOURCE_LABEL: sr}
-        for res in (*OWNED_KINDS.values(), Pod):
+        kinds = [*OWNED_KINDS.values(), Pod]
+        if await self._exists(CustomResourceDefinition, SERVICE_MONITOR_CRD):
+            kinds += MONITORING_KINDS.values()
+        for res in kinds:
             async for o in self.client.list(res, namespace=self.namespace, labels=selector):
                 await self._delete(res, _dict(o)["metadata"]["name"])
         for kind, ns, name in await self._owned_elsewhere(sr):

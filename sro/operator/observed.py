@@ -79,6 +79,7 @@ class Observed:
     namespaces: tuple[str, ...] = ()  # every namespace (quotas are made only where one exists)
     quotas: tuple[QuotaInfo, ...] = ()  # our ResourceQuotas, with their used / hard
     owned_elsewhere: tuple[tuple[str, str, str], ...] = ()  # (kind, namespace or "", name): partitioning
+    prometheus_operator: bool = False  # monitoring.coreos.com's ServiceMonitor CRD exists
 
 
 def _time(value: Any) -> datetime | None:

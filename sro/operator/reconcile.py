@@ -33,7 +33,7 @@ from sro.api.specialresource import (
 from sro.operator import partitioning
 from sro.operator.observed import NodeInfo, Observed, SpecialResourceInfo
 from sro.operator.rendering import Context, RenderError, Term
-from sro.operator.states import NOT_AVAILABLE, STATES, State, ValidationState
+from sro.operator.states import STATES, State, ValidationState
 from sro.operator.status import NodeRow, build_status
 
 SELECTED = "selected"  # key in the reached annotation: when the node first matched
@@ -192,7 +192,16 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
             f"spec.customManifests: ConfigMap {spec.custom_manifests!r} not found in namespace {namespace}",
             recipe.resource,
         )
-    ctx = Context(sr.name, sr.uid, spec, recipe, namespace, obs.image, dict(obs.custom_manifests or {}))
+    ctx = Context(
+        sr.name,
+        sr.uid,
+        spec,
+        recipe,
+        namespace,
+        obs.image,
+        dict(obs.custom_manifests or {}),
+        obs.prometheus_operator,
+    )
     terms = selection_terms(spec, recipe)
     selected = [n for n in obs.nodes if matches(n, terms)]
     chain: list[State] = [s for s in STATES if s.enabled(ctx)]
@@ -245,9 +254,7 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
         if is_validation and (pod.node not in selected_names or pod.state not in enabled_validations):
             delete_pods.append(pod.name)
 
-    state_modes = {
-        s.name: ("enabled" if s in chain else NOT_AVAILABLE.get(s.name, "disabled")) for s in STATES
-    }
+    state_modes = {s.name: ("enabled" if s in chain else "disabled") for s in STATES}
     status = build_status(sr, rows, state_modes, _counts(rows, chain), recipe.resource, now)
     if spec.partitioning.quotas:
         status["quotas"] = partitioning.quota_rows(spec, recipe, obs.quotas, obs.namespaces)

@@ -55,6 +55,7 @@ class Context:
     namespace: str
     image: str  # the operator's own image: the default of every state
     custom: Mapping[str, str] = field(default_factory=dict)  # `<state>.<file>` -> template
+    prometheus_operator: bool = False  # its CRDs exist: ServiceMonitor and PrometheusRule are rendered
 
     def state_image(self, state: str) -> str:
         return self.spec.state(state).image or self.image

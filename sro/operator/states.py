@@ -14,7 +14,7 @@ Three kinds:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -261,16 +261,17 @@ class FeatureDiscoveryState(State):
         )
 
 
-class MonitoringState(State):
-    """No exporter ships in this version: never deployed, never gating; status says so."""
+class MonitoringState(DaemonSetState):
+    """The exporter DaemonSet and its Service; with the Prometheus operator's CRDs present, a
+    ServiceMonitor and the PrometheusRule too (plain scrape annotations otherwise); the dashboard."""
 
-    name = MONITORING
+    def values(self, ctx: Context) -> dict[str, Any]:
+        return {
+            "prometheus_operator": ctx.prometheus_operator,
+            # the exporter reads the plugin's health policy from the plugin's ConfigMap
+            "plugin_config_map": ctx.object_name(DEVICE_PLUGIN),
+        }
 
-    def enabled(self, ctx: Context) -> bool:
-        return False
-
-
-NOT_AVAILABLE: Mapping[str, str] = {MONITORING: "not deployed (no exporter in this version)"}
 
 STATES: tuple[State, ...] = (
     DriverState(DRIVER, "driver"),
@@ -278,6 +279,6 @@ STATES: tuple[State, ...] = (
     RuntimeState(RUNTIME, "runtime"),
     DevicePluginState(DEVICE_PLUGIN, "device-plugin"),
     ValidationState(DEVICE_PLUGIN_VALIDATION, "workload", after=(DRIVER, RUNTIME, DEVICE_PLUGIN)),
-    MonitoringState(),
+    MonitoringState(MONITORING, "monitoring"),
     FeatureDiscoveryState(),
 )

@@ -63,9 +63,8 @@ def node_rows(sr: SpecialResourceInfo, nodes: Sequence[NodeInfo]) -> list[tuple[
         labels = node.labels if node else {}
         cells = []
         for state in STATE_NAMES:
-            mode = modes.get(state, "enabled")
-            if mode != "enabled":
-                cells.append("-" if mode == "disabled" else "n/a")
+            if modes.get(state, "enabled") != "enabled":
+                cells.append("-")
             else:
                 cells.append("ready" if labels.get(state_label(sr.name, state)) == READY else "")
         row = details[name]
@@ -104,7 +103,7 @@ def status(name: str | None, kubeconfig: str | None, logs: bool, prometheus: str
 
     States in order: driver, driver-validation, runtime, device-plugin, device-plugin-validation,
     monitoring, feature-discovery. "ready" means the node carries sro.dev/<sr>.<state>=ready;
-    "-" a disabled state; "n/a" one this version does not deploy. Exit status 0 when every
+    "-" a disabled state. Exit status 0 when every
     SpecialResource shown is Ready, 3 otherwise.
     """
     from lightkube import ApiError

@@ -29,6 +29,7 @@ from sro.api.specialresource import (
     DRIVER,
     DRIVER_VALIDATION,
     FEATURE_DISCOVERY,
+    MONITORING,
     RUNTIME,
     reached_annotation,
     state_label,
@@ -42,7 +43,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 NS = "sro-system"
 SR = "simulated-gpu"
 BAD = "broken-templates"
-CHAIN = (DRIVER, DRIVER_VALIDATION, RUNTIME, DEVICE_PLUGIN, DEVICE_PLUGIN_VALIDATION, FEATURE_DISCOVERY)
+CHAIN = (DRIVER, DRIVER_VALIDATION, RUNTIME, DEVICE_PLUGIN, DEVICE_PLUGIN_VALIDATION, MONITORING, FEATURE_DISCOVERY)
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "simulated-gpu.yaml"
 DRIVER_ROOT = Path(SIMULATED_GPU.driver_root)
 
@@ -138,7 +139,8 @@ def test_special_resource_goes_ready_with_states_in_order(cluster: LocalCluster,
         {"name": cluster.node_name, "state": "validated", "since": status["nodes"][0]["since"]}
     ]
     assert condition(doc, "Degraded")["status"] == "False"
-    assert status["states"]["monitoring"].startswith("not deployed")
+    assert status["states"]["monitoring"] == "enabled"
+    assert cluster.kubectl("-n", NS, "get", "service", f"sro-{SR}-monitoring", check=False).returncode == 0
     labels = node_labels(cluster)
     for s in CHAIN:
         assert labels.get(state_label(SR, s)) == "ready", s

@@ -20,7 +20,7 @@ STATUS = {
     "resource": "sro.dev/simulated-gpu",
     "nodeCount": 2,
     "validatedCount": 1,
-    "states": {"driver": "enabled", "runtime": "disabled", "monitoring": "not deployed (no exporter)"},
+    "states": {"driver": "enabled", "runtime": "disabled", "monitoring": "disabled"},
     "conditions": [
         {"type": "Ready", "status": "False"},
         {
@@ -54,8 +54,8 @@ def test_status_rows_come_from_node_labels_and_the_status_table() -> None:
     rows = {r[0]: r for r in node_rows(sr, nodes)}
     assert rows["a"][1] == "ready" and rows["a"][-1] == "validated since t0"
     assert rows["b"][1] == "" and rows["b"][-1] == "driver: CrashLoopBackOff back-off"
-    # columns in state order: driver, driver-validation, runtime (disabled), ..., monitoring (n/a)
-    assert rows["a"][3] == "-" and rows["a"][6] == "n/a"
+    # columns in state order: driver, driver-validation, runtime (disabled), ..., monitoring (disabled)
+    assert rows["a"][3] == "-" and rows["a"][6] == "-"
 
 
 def test_plan_is_described_in_words() -> None:

@@ -20,6 +20,7 @@ from sro.api.specialresource import (
     DRIVER,
     DRIVER_VALIDATION,
     FEATURE_DISCOVERY,
+    MONITORING,
     RUNTIME,
     not_ready_taint,
     reached_annotation,
@@ -141,7 +142,7 @@ def affinity_terms(ds: Mapping[str, Any]) -> list[dict[str, Any]]:
 def test_fresh_cluster_deploys_every_state_gated_on_the_previous_label() -> None:
     plan = reconcile(observed([node("a"), node("b"), node("cpu", opt_in=False)]), NS, NOW)
     ds = daemonsets(plan)
-    assert set(ds) == {f"sro-{SR}-runtime", f"sro-{SR}-device-plugin"} | {
+    assert set(ds) == {f"sro-{SR}-runtime", f"sro-{SR}-device-plugin", f"sro-{SR}-monitoring"} | {
         n for n in ds if n.startswith(f"sro-{SR}-driver-")
     }
     driver = next(v for k, v in ds.items() if k.startswith(f"sro-{SR}-driver-"))
@@ -171,7 +172,11 @@ def test_fresh_cluster_deploys_every_state_gated_on_the_previous_label() -> None
     assert plan.status["nodeCount"] == 2 and plan.status["validatedCount"] == 0
     assert cond(plan, "Ready")["status"] == "False" and cond(plan, "Progressing")["status"] == "True"
     assert cond(plan, "Degraded")["status"] == "False"
-    assert plan.status["states"]["monitoring"].startswith("not deployed")
+    assert plan.status["states"]["monitoring"] == "enabled"
+    # the exporter waits for the validation workload
+    assert affinity_terms(ds[f"sro-{SR}-monitoring"])[0]["matchExpressions"][0]["key"] == state_label(
+        SR, DEVICE_PLUGIN_VALIDATION
+    )
     assert not plan.create_pods
     # the nodes get their first-seen time, nothing else
     assert set(plan.node_patches) == {"a", "b"}
@@ -218,12 +223,20 @@ def test_full_walk_to_validated_in_order() -> None:
     pods += [ready_pod(RUNTIME, "a"), ready_pod(DEVICE_PLUGIN, "a")]
     obs = observed([a], pods)
     pods.append(validation_pod(obs, DEVICE_PLUGIN_VALIDATION, "a"))
+    pods.append(ready_pod(MONITORING, "a"))
     plan = reconcile(observed([a], pods), NS, NOW)
     got = labels_after(a, plan)
-    for s in (DRIVER, DRIVER_VALIDATION, RUNTIME, DEVICE_PLUGIN, DEVICE_PLUGIN_VALIDATION, FEATURE_DISCOVERY):
+    for s in (
+        DRIVER,
+        DRIVER_VALIDATION,
+        RUNTIME,
+        DEVICE_PLUGIN,
+        DEVICE_PLUGIN_VALIDATION,
+        MONITORING,
+        FEATURE_DISCOVERY,
+    ):
         assert got[state_label(SR, s)] == "ready", s
     assert got[validated_label(SR)] == "true"
-    assert state_label(SR, "monitoring") not in got
     assert plan.rows[0].validated
     assert plan.status["validatedCount"] == 1 and cond(plan, "Ready")["status"] == "True"
     assert plan.status["nodes"] == [{"name": "a", "state": "validated", "since": "2026-11-22T12:00:00Z"}]
@@ -237,6 +250,7 @@ def test_feature_discovery_waits_for_the_device_count_label() -> None:
     pods.append(validation_pod(obs, DRIVER_VALIDATION, "a"))
     pods += [ready_pod(RUNTIME, "a"), ready_pod(DEVICE_PLUGIN, "a")]
     pods.append(validation_pod(observed([a], pods), DEVICE_PLUGIN_VALIDATION, "a"))
+    pods.append(ready_pod(MONITORING, "a"))
     plan = reconcile(observed([a], pods), NS, NOW)
     assert plan.rows[0].failing == FEATURE_DISCOVERY and COUNT in plan.rows[0].message
 
@@ -501,11 +515,11 @@ def test_status_stays_small_at_a_thousand_validated_nodes() -> None:
     for i in range(1000):
         n = node(f"node-{i:04d}", **{COUNT: "8"})
         labels = dict(n.labels)
-        labels.update({state_label(SR, s.name): "ready" for s in STATES if s.name != "monitoring"})
+        labels.update({state_label(SR, s.name): "ready" for s in STATES})
         nodes.append(replace(n, labels=labels))
     pods: list[PodInfo] = []
     for n in nodes:
-        pods += [ready_pod(DRIVER, n.name), ready_pod(RUNTIME, n.name), ready_pod(DEVICE_PLUGIN, n.name)]
+        pods += [ready_pod(s, n.name) for s in (DRIVER, RUNTIME, DEVICE_PLUGIN, MONITORING)]
     obs = observed(nodes, pods)
     extra = [validation_pod(obs, DRIVER_VALIDATION, n.name) for n in nodes]
     extra += [validation_pod(obs, DEVICE_PLUGIN_VALIDATION, n.name) for n in nodes]

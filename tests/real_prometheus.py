@@ -279,6 +279,14 @@ def grafana_intervals(scrape_s: float, step_s: float, range_s: float) -> dict[st
     }
 
 
+def expects_series(expr: str, text: str) -> bool:
+    """Whether a query must return series on an exposition text: every metric it reads is there, and
+    a query of the pods holding GPUs (`pod!=""`) has some pod to show (an idle node has none)."""
+    if not metric_names(expr) <= exposition_metrics(text):
+        return False
+    return 'pod!=""' not in expr or re.search(r'[{,]pod="[^"]', text) is not None
+
+
 def exposition_metrics(text: str) -> frozenset[str]:
     """Metric names that have samples in an exposition text."""
     names = set()

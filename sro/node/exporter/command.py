@@ -60,16 +60,15 @@ def backend_opener(recipe: Recipe, driver_root: Path | None, seed: str) -> Backe
 
 
 def node_reader(node_name: str, domain: str, srs: tuple[str, ...]) -> NodeReader:
-    """Reads this Node through sro/kube/ (a `get`); the client is made on first use and kept."""
-    client: list[object] = []
+    """Reads this Node through sro/kube/ (a `get`); where the API is is found on first use and kept."""
+    from sro.kube.nodestatus import ApiAccess, api_access, read_node_status
+
+    access: list[ApiAccess] = []
 
     def read() -> nodefacts.NodeFacts:
-        from sro.kube.client import sync_client
-        from sro.kube.nodestatus import read_node_status
-
-        if not client:
-            client.append(sync_client(timeout=10))
-        status = read_node_status(client[0], node_name)  # type: ignore[arg-type]
+        if not access:
+            access.append(api_access())
+        status = read_node_status(access[0], node_name)
         return nodefacts.facts(status.labels, status.allocatable, domain, srs)
 
     return read

@@ -43,7 +43,15 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 NS = "sro-system"
 SR = "simulated-gpu"
 BAD = "broken-templates"
-CHAIN = (DRIVER, DRIVER_VALIDATION, RUNTIME, DEVICE_PLUGIN, DEVICE_PLUGIN_VALIDATION, MONITORING, FEATURE_DISCOVERY)
+CHAIN = (
+    DRIVER,
+    DRIVER_VALIDATION,
+    RUNTIME,
+    DEVICE_PLUGIN,
+    DEVICE_PLUGIN_VALIDATION,
+    MONITORING,
+    FEATURE_DISCOVERY,
+)
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "simulated-gpu.yaml"
 DRIVER_ROOT = Path(SIMULATED_GPU.driver_root)
 

@@ -15,14 +15,49 @@ never import each other.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from sro.devices.model import DEFAULT_IGNORED_XIDS, DeviceUUID, HealthEvent
 
 log = logging.getLogger(__name__)
 
 ALL = DeviceUUID("*")  # key for faults that hit every device (event source lost)
+DEFAULT_RECOVER_AFTER = 60.0
+HEALTH_FIELDS = frozenset({"enabled", "ignoredXids", "recoverAfterSeconds"})
+
+
+@dataclass(frozen=True)
+class HealthPolicy:
+    """The `health` section of the device plugin's config file, which the exporter reads too."""
+
+    enabled: bool = True
+    ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS
+    recover_after: float | None = DEFAULT_RECOVER_AFTER
+
+
+def parse_policy(health: Mapping[str, Any]) -> HealthPolicy:
+    """The policy from a config file's `health` mapping; ValueError names the field."""
+    unknown = sorted(set(health) - HEALTH_FIELDS)
+    if unknown:
+        raise ValueError(f"health: unknown field(s) {unknown}")
+    enabled = health.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ValueError(f"health.enabled: expected true or false, got {enabled!r}")
+    xids = health.get("ignoredXids", sorted(DEFAULT_IGNORED_XIDS))
+    if not isinstance(xids, list) or any(
+        isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in xids
+    ):
+        raise ValueError(f"health.ignoredXids: expected a list of non-negative integers, got {xids!r}")
+    recover = health.get("recoverAfterSeconds", DEFAULT_RECOVER_AFTER)
+    if recover is not None and (
+        isinstance(recover, bool) or not isinstance(recover, int | float) or recover < 0
+    ):
+        raise ValueError(
+            f"health.recoverAfterSeconds: expected seconds >= 0 or null (never), got {recover!r}"
+        )
+    return HealthPolicy(enabled, frozenset(xids), None if recover is None else float(recover))
 
 
 @dataclass

@@ -32,12 +32,12 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from sro.api.recipes import Recipe
+from sro.devices.health import DEFAULT_RECOVER_AFTER, parse_policy
 from sro.devices.model import DEFAULT_IGNORED_XIDS
 
 MigStrategy = Literal["none", "single", "mixed"]
 IdStrategy = Literal["uuid", "index"]
 LIST_STRATEGIES = ("envvar", "device-specs", "mounts", "cdi-annotations", "cdi-cri")
-DEFAULT_RECOVER_AFTER = 60.0
 MAX_REPLICAS = 256
 
 
@@ -140,20 +140,10 @@ def parse_config(doc: Any, recipe: Recipe) -> PluginConfig:
     if not isinstance(prefix, str) or not prefix.endswith("/"):
         raise ConfigError(f"flags.cdiAnnotationPrefix: expected a prefix ending in '/', got {prefix!r}")
 
-    health = _mapping(doc, "health", "")
-    _check_known(health, {"enabled", "ignoredXids", "recoverAfterSeconds"}, "health")
-    xids = health.get("ignoredXids", sorted(DEFAULT_IGNORED_XIDS))
-    if not isinstance(xids, list) or any(
-        isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in xids
-    ):
-        raise ConfigError(f"health.ignoredXids: expected a list of non-negative integers, got {xids!r}")
-    recover = health.get("recoverAfterSeconds", DEFAULT_RECOVER_AFTER)
-    if recover is not None and (
-        isinstance(recover, bool) or not isinstance(recover, int | float) or recover < 0
-    ):
-        raise ConfigError(
-            f"health.recoverAfterSeconds: expected seconds >= 0 or null (never), got {recover!r}"
-        )
+    try:
+        policy = parse_policy(_mapping(doc, "health", ""))  # the rules and policy the exporter shares
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
 
     sharing = _mapping(doc, "sharing", "")
     _check_known(sharing, {"timeSlicing"}, "sharing")
@@ -200,9 +190,9 @@ def parse_config(doc: Any, recipe: Recipe) -> PluginConfig:
         list_strategies=tuple(strategies),
         id_strategy=id_strategy,
         cdi_annotation_prefix=prefix,
-        health_enabled=_bool(health, "enabled", "health.", True),
-        ignored_xids=frozenset(xids),
-        recover_after=None if recover is None else float(recover),
+        health_enabled=policy.enabled,
+        ignored_xids=policy.ignored_xids,
+        recover_after=policy.recover_after,
         time_slicing=tuple(slices),
         rename_by_default=_bool(ts, "renameByDefault", "sharing.timeSlicing.", False),
         fail_requests_greater_than_one=_bool(ts, "failRequestsGreaterThanOne", "sharing.timeSlicing.", False),

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sro.devices.health import HealthTracker
+from sro.devices.health import HealthPolicy, HealthTracker
 from sro.devices.model import Backend, DeviceUUID, HealthEvent, Inventory
 from sro.devices.telemetry import Readings, Telemetry
 from sro.node.exporter import config as exporter_config
@@ -96,7 +96,7 @@ class Collector:
         self.read_node = read_node
         self.config_path = config_path
         self.clock = clock
-        self.policy = exporter_config.HealthPolicy()
+        self.policy = HealthPolicy()
         self.tracker = HealthTracker(self.policy.ignored_xids, self.policy.recover_after, self.policy.enabled)
         self._health_lock = threading.Lock()
         self._xids: dict[DeviceUUID, int] = {}
@@ -141,7 +141,7 @@ class Collector:
         self._config_ident = ident
         if ident == "missing":
             log.info("no config file %s: the default health policy", self.config_path)
-            policy = exporter_config.HealthPolicy()
+            policy = HealthPolicy()
         else:
             try:
                 policy = exporter_config.load(self.config_path)

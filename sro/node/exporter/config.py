@@ -14,26 +14,16 @@ own ConfigMap can be mounted and passed as is (the monitoring manifests do that)
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from sro.devices.model import DEFAULT_IGNORED_XIDS
-
-DEFAULT_RECOVER_AFTER = 60.0
+from sro.devices.health import HealthPolicy, parse_policy
 
 
 class ConfigError(ValueError):
     """The configuration is malformed; the message names the file and field."""
-
-
-@dataclass(frozen=True)
-class HealthPolicy:
-    enabled: bool = True
-    ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS
-    recover_after: float | None = DEFAULT_RECOVER_AFTER
 
 
 def parse(doc: Any) -> HealthPolicy:
@@ -44,25 +34,10 @@ def parse(doc: Any) -> HealthPolicy:
     health = doc.get("health") or {}
     if not isinstance(health, Mapping):
         raise ConfigError(f"health: expected a mapping, got {type(health).__name__}")
-    unknown = sorted(set(health) - {"enabled", "ignoredXids", "recoverAfterSeconds"})
-    if unknown:
-        raise ConfigError(f"health: unknown field(s) {unknown}")
-    enabled = health.get("enabled", True)
-    if not isinstance(enabled, bool):
-        raise ConfigError(f"health.enabled: expected true or false, got {enabled!r}")
-    xids = health.get("ignoredXids", sorted(DEFAULT_IGNORED_XIDS))
-    if not isinstance(xids, list) or any(
-        isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in xids
-    ):
-        raise ConfigError(f"health.ignoredXids: expected a list of non-negative integers, got {xids!r}")
-    recover = health.get("recoverAfterSeconds", DEFAULT_RECOVER_AFTER)
-    if recover is not None and (
-        isinstance(recover, bool) or not isinstance(recover, int | float) or recover < 0
-    ):
-        raise ConfigError(
-            f"health.recoverAfterSeconds: expected seconds >= 0 or null (never), got {recover!r}"
-        )
-    return HealthPolicy(enabled, frozenset(xids), None if recover is None else float(recover))
+    try:
+        return parse_policy(health)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
 
 
 def load(path: Path) -> HealthPolicy:

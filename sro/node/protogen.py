@@ -4,18 +4,23 @@ Why committed: the image and the OCI-hook path must not need grpcio-tools at run
 a hand edit of a proto without regenerating would silently change nothing on the wire; the unit
 suite runs `differences()` so the two cannot drift. Why here, in `sro.node`: the device plugin
 (`deviceplugin/api.proto`) and the exporter (`exporter/podresources.proto`) each speak a kubelet
-API, and node agents never import each other; each keeps a thin `protogen` module of its own
-(`python -m sro.node.<agent>.protogen [--check]`) that calls these functions with its proto.
+API, and node agents never import each other. `python -m sro.node.protogen [--check]` regenerates
+(or checks) every proto in `PROTOS`.
 """
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from pathlib import Path
 
 # protoc runs from the directory that holds `sro/`, so the generated modules import each other as
 # `sro.node.<agent>.<name>_pb2` and work from anywhere.
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+DEVICE_PLUGIN_PROTO = HERE / "deviceplugin" / "api.proto"
+POD_RESOURCES_PROTO = HERE / "exporter" / "podresources.proto"
+PROTOS = (DEVICE_PLUGIN_PROTO, POD_RESOURCES_PROTO)
 
 
 def generated_names(proto: Path) -> tuple[str, str, str]:
@@ -63,15 +68,24 @@ def write(proto: Path) -> None:
             (proto.parent / name).write_bytes((fresh / name).read_bytes())
 
 
-def main(argv: list[str], proto: Path, module: str) -> int:
-    """`python -m <module> [--check]` for one proto: regenerate, or check (exit 1 when stale)."""
-    if "--check" in argv:
-        stale = differences(proto)
-        if stale:
-            print(f"stale generated files (run python -m {module}): {stale}")
-            return 1
-        print(f"generated files match {proto.name}")
-        return 0
-    write(proto)
-    print(f"wrote {', '.join(generated_names(proto))} in {proto.parent}")
-    return 0
+def main(argv: list[str]) -> int:
+    """Regenerate every node proto, or with `--check` exit 1 when any generated file is stale."""
+    status = 0
+    for proto in PROTOS:
+        if "--check" in argv:
+            stale = differences(proto)
+            if stale:
+                print(
+                    f"stale generated files next to {proto.name} (run python -m sro.node.protogen): {stale}"
+                )
+                status = 1
+            else:
+                print(f"generated files match {proto.name}")
+        else:
+            write(proto)
+            print(f"wrote {', '.join(generated_names(proto))} in {proto.parent}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

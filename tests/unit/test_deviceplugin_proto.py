@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sro.node.deviceplugin import api_pb2, protogen
+from sro.node import protogen
+from sro.node.deviceplugin import api_pb2
 
 # (message, field) -> number, from k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1/api.proto
 KUBELET_FIELDS = {
@@ -72,4 +73,4 @@ def test_services_and_method_paths() -> None:
 
 def test_generated_code_matches_proto() -> None:
     pytest.importorskip("grpc_tools")
-    assert protogen.differences() == []
+    assert protogen.differences(protogen.DEVICE_PLUGIN_PROTO) == []

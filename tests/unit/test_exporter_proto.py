@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from sro.node.exporter import podresources_pb2, protogen
+from sro.node import protogen
+from sro.node.exporter import podresources_pb2
 
 # (message, field) -> number, from the kubelet's podresources v1 api.proto
 KUBELET_FIELDS = {
@@ -53,4 +54,4 @@ def test_newer_kubelet_fields_are_skipped() -> None:
 
 def test_generated_code_matches_proto() -> None:
     pytest.importorskip("grpc_tools")
-    assert protogen.differences() == []
+    assert protogen.differences(protogen.POD_RESOURCES_PROTO) == []

@@ -1,6 +1,6 @@
 """`sro exporter`: Prometheus metrics of a recipe's devices, a drop-in for dcgm-exporter.
 
-Layout: `podresources.proto` + generated modules (`protogen` regenerates/checks them) and
+Layout: `podresources.proto` + generated modules (`python -m sro.node.protogen` regenerates/checks them) and
 `podresources` (the kubelet's `List`); pure logic in `attribution` (which container holds which
 device), `nodefacts` (allocatable, stack state), `config` (health policy) and `rendering` (the
 exposition text); `collecting` asks the sources every interval into an immutable snapshot;

@@ -184,16 +184,21 @@ def faults_from_doc(doc: Any, where: str) -> dict[DeviceUUID, Fault]:
     return out
 
 
+def _read_json(path: Path) -> Any:
+    """The state file's JSON, or None when there is no file (nothing set)."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except json.JSONDecodeError as e:
+        raise DriverStateError(f"{path}: not JSON: {e}") from e
+
+
 def read_faults(driver_root: Path) -> dict[DeviceUUID, Fault]:
     """Active faults by device (or MIG device) UUID; no file means no faults."""
     path = driver_root / SIMULATED_FAULTS
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        return {}
-    except json.JSONDecodeError as e:
-        raise DriverStateError(f"{path}: not JSON: {e}") from e
-    return faults_from_doc(doc, str(path))
+    doc = _read_json(path)
+    return {} if doc is None else faults_from_doc(doc, str(path))
 
 
 def _write_faults(driver_root: Path, faults: Mapping[DeviceUUID, Fault]) -> None:
@@ -253,13 +258,8 @@ def loads_from_doc(doc: Any, where: str) -> dict[DeviceUUID, Load]:
 def read_loads(driver_root: Path) -> dict[DeviceUUID, Load]:
     """Loads set by `sro simulate load`, by device (or MIG device) UUID; no file means none."""
     path = driver_root / SIMULATED_LOADS
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        return {}
-    except json.JSONDecodeError as e:
-        raise DriverStateError(f"{path}: not JSON: {e}") from e
-    return loads_from_doc(doc, str(path))
+    doc = _read_json(path)
+    return {} if doc is None else loads_from_doc(doc, str(path))
 
 
 def _write_loads(driver_root: Path, loads: Mapping[DeviceUUID, Load]) -> None:

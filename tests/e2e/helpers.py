@@ -42,3 +42,28 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 180, every: f
 
 def get_json(cluster: LocalCluster, *args: str) -> Any:
     return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
+
+
+def sleeping_pod(name: str, namespace: str, resource: str, image: str, count: int = 1) -> dict[str, Any]:
+    """A pod that holds `count` devices of `resource` and sleeps (labelled as a test's)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/managed-by": "sro-e2e"},
+        },
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "work",
+                    "image": image,
+                    "imagePullPolicy": "Never",
+                    "command": ["sleep", "3600"],
+                    "resources": {"limits": {resource: str(count)}},
+                }
+            ],
+        },
+    }

@@ -25,7 +25,7 @@ import yaml
 
 from sro.local.cluster import LocalCluster
 from sro.manifests import render
-from tests.e2e.helpers import figure, get_json, wait_for
+from tests.e2e.helpers import figure, get_json, sleeping_pod, wait_for
 from tests.e2e.test_device_plugin import RESOURCE, SHARED, busybox, driver, plugin  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root]
@@ -67,34 +67,14 @@ def _objects(image: str) -> list[dict[str, Any]]:
     return [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}, *mine]
 
 
-def _pod(name: str, resource: str, image: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS, "labels": {"app.kubernetes.io/managed-by": "sro-e2e"}},
-        "spec": {
-            "terminationGracePeriodSeconds": 1,
-            "containers": [
-                {
-                    "name": "work",
-                    "image": image,
-                    "imagePullPolicy": "Never",
-                    "command": ["sleep", "3600"],
-                    "resources": {"limits": {resource: "1"}},
-                }
-            ],
-        },
-    }
-
-
 @pytest.fixture(scope="module")
 def exporter(cluster: LocalCluster, sro_image: str, plugin: int, busybox: str) -> Iterator[str]:  # noqa: F811
     """The exporter DaemonSet and three GPU pods in NS; yields the exporter's /metrics URL."""
     objs = _objects(sro_image)
     pods = [
-        _pod("share-a", SHARED, busybox),
-        _pod("share-b", SHARED, busybox),
-        _pod("whole", RESOURCE, busybox),
+        sleeping_pod("share-a", NS, SHARED, busybox),
+        sleeping_pod("share-b", NS, SHARED, busybox),
+        sleeping_pod("whole", NS, RESOURCE, busybox),
     ]
     cluster_scoped = [d for d in objs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
 

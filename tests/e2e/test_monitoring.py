@@ -27,7 +27,7 @@ import yaml
 
 from sro.local.cluster import LocalCluster
 from sro.manifests import render
-from tests.e2e.helpers import get_json, wait_for
+from tests.e2e.helpers import get_json, sleeping_pod, wait_for
 from tests.e2e.test_device_plugin import RESOURCE, SHARED, busybox, driver, plugin  # noqa: F401  (fixtures)
 from tests.real_prometheus import (
     JOB,
@@ -54,26 +54,6 @@ NS = "sro-e2e-monitoring"
 NAME = "sro-e2e-monitoring"
 SR = "sro-e2e-monitoring"
 SRO = [sys.executable, "-m", "sro"]
-
-
-def _pod(name: str, resource: str, image: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS, "labels": {"app.kubernetes.io/managed-by": "sro-e2e"}},
-        "spec": {
-            "terminationGracePeriodSeconds": 1,
-            "containers": [
-                {
-                    "name": "work",
-                    "image": image,
-                    "imagePullPolicy": "Never",
-                    "command": ["sleep", "3600"],
-                    "resources": {"limits": {resource: "1"}},
-                }
-            ],
-        },
-    }
 
 
 def _exporter_objects(image: str) -> list[dict[str, Any]]:
@@ -105,9 +85,9 @@ def exporter(cluster: LocalCluster, sro_image: str, plugin: int, busybox: str) -
     """The exporter DaemonSet and three GPU pods in NS; yields the exporter pod."""
     objs = _exporter_objects(sro_image)
     pods = [
-        _pod("train", RESOURCE, busybox),
-        _pod("share-a", SHARED, busybox),
-        _pod("share-b", SHARED, busybox),
+        sleeping_pod("train", NS, RESOURCE, busybox),
+        sleeping_pod("share-a", NS, SHARED, busybox),
+        sleeping_pod("share-b", NS, SHARED, busybox),
     ]
     cluster_scoped = [d for d in objs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
     try:

@@ -23,8 +23,8 @@ from typing import Any, Final
 import jinja2
 import yaml
 
+from sro.api.crd import crd
 from sro.api.names import IMAGE, MANAGED_BY_LABEL, MANAGED_BY_VALUE, NAMESPACE
-from sro.api.specialresource import crd
 from sro.manifests import components, templates
 from sro.operator.rendering import INSTALL_KINDS
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from sro.api.crd import crd
 from sro.api.names import MANAGED_BY_LABEL
-from sro.api.specialresource import crd
 from sro.installing import objects
 from sro.local.cluster import LocalCluster
 from tests.e2e.helpers import sro

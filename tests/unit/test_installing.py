@@ -12,9 +12,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from sro.api.crd import crd
 from sro.api.names import IMAGE, MANAGED_BY_LABEL, NAMESPACE
 from sro.api.recipes import BUILTIN
-from sro.api.specialresource import crd
 from sro.install_commands import install
 from sro.installing import (
     DEPLOY_COMMAND,

@@ -1,0 +1,276 @@
+"""The SpecialResource CustomResourceDefinition: its OpenAPI v3 schema, printer columns and status.
+
+Why apart from the spec's parsing (`specialresource.py`): the schema is what the API server checks
+before the operator sees anything (bad specs refused with the field named); `sro install` and
+`deploy/` apply `crd()`, and the operator's own parsing only adds what a schema cannot say.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sro.api.names import GROUP, KIND, PLURAL, SHORT_NAME, VERSION
+from sro.api.specialresource import (
+    DEVICE_PLUGIN,
+    DEVICE_PLUGIN_VALIDATION,
+    DISABLED_BY_DEFAULT,
+    DRIVER,
+    DRIVER_VALIDATION,
+    FEATURE_DISCOVERY,
+    IMAGE_TEMPLATE_VARS,
+    MONITORING,
+    PREEMPTION_POLICIES,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    RUNTIME,
+    STATE_FIELDS,
+)
+
+_STR = {"type": "string"}
+
+
+def _state_schema(
+    description: str, enabled_default: bool, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    props: dict[str, Any] = {
+        "enabled": {"type": "boolean", "default": enabled_default, "description": "Deploy this state."},
+        "image": {"type": "string", "description": "Container image (default: the operator's own image)."},
+        "imagePullPolicy": {"type": "string", "enum": ["Always", "IfNotPresent", "Never"]},
+        "args": {"type": "array", "items": _STR, "description": "Extra arguments for the container."},
+        "env": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["name"],
+                "properties": {"name": _STR, "value": _STR},
+            },
+        },
+        "resources": {
+            "type": "object",
+            "properties": {
+                "requests": {"type": "object", "additionalProperties": {"x-kubernetes-int-or-string": True}},
+                "limits": {"type": "object", "additionalProperties": {"x-kubernetes-int-or-string": True}},
+            },
+        },
+    }
+    props.update(extra or {})
+    return {"type": "object", "description": description, "default": {}, "properties": props}
+
+
+def spec_schema() -> dict[str, Any]:
+    state_docs = {
+        DRIVER: "The driver container, one DaemonSet per kernel version among the selected nodes (OnDelete).",
+        DRIVER_VALIDATION: "A pod per node that checks the driver's device list against the backend.",
+        RUNTIME: "Installs the OCI hook, the runtime handler's launcher and CDI specs under /var/lib/sro/runtime.",
+        DEVICE_PLUGIN: "The kubelet device plugin announcing the recipe's extended resource.",
+        DEVICE_PLUGIN_VALIDATION: "A pod per node that gets one device through the scheduler and uses it.",
+        MONITORING: "The metrics exporter (dcgm-exporter's metrics, per pod), its Service, and with the "
+        "Prometheus operator a ServiceMonitor and PrometheusRule; a Grafana dashboard ConfigMap.",
+        FEATURE_DISCOVERY: "Ready once discovery has published the recipe's device labels on the node.",
+    }
+    extras: dict[str, dict[str, Any]] = {
+        DRIVER: {
+            "mode": {
+                "type": "string",
+                "enum": ["container", "host"],
+                "default": "container",
+                "description": "host: the driver is pre-installed on the nodes; nothing is deployed.",
+            },
+            "version": {"type": "string", "description": "Driver version ({version} in the image template)."},
+            "imageTemplate": {
+                "type": "string",
+                "description": "Driver image per node; variables: "
+                + ", ".join("{" + v + "}" for v in IMAGE_TEMPLATE_VARS)
+                + " (from the node's NFD kernel and os_release labels).",
+            },
+            "devicesConfig": {"type": "string", "description": "simulated-gpu: the simulated devices YAML."},
+        },
+        DEVICE_PLUGIN: {"config": {"type": "string", "description": "The plugin's config.yaml."}},
+        DEVICE_PLUGIN_VALIDATION: {
+            "cudaSample": {
+                "type": "string",
+                "description": "nvidia-gpu: the CUDA program the workload check runs (default: vectorAdd "
+                "when the image has it); set the image with devicePluginValidation.image.",
+            },
+        },
+    }
+    props: dict[str, Any] = {
+        "recipe": {
+            "type": "string",
+            "minLength": 1,
+            "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+            "description": "A built-in recipe (simulated-gpu, nvidia-gpu) or the name of a custom one.",
+        },
+        "recipeConfigMap": {
+            "type": "string",
+            "description": "ConfigMap in sro-system whose recipe.yaml defines a custom recipe.",
+        },
+        "nodeSelector": {
+            "type": "object",
+            "additionalProperties": _STR,
+            "description": "Node labels that must all match (default: the recipe's PCI match).",
+        },
+        "startupTaint": {
+            "type": "boolean",
+            "default": False,
+            "description": "Taint matching nodes sro.dev/<name>.not-ready:NoSchedule until validated.",
+        },
+        "tolerations": {
+            "type": "array",
+            "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+            "description": "Added to every operand pod.",
+        },
+        "priorityClassName": {"type": "string", "description": "Priority class of the operand pods."},
+        "customManifests": {
+            "type": "string",
+            "description": "ConfigMap in sro-system; keys <state>.<NNNN>_<name>.yaml add to or "
+            "replace (same file name) a state's templates.",
+        },
+    }
+    props["partitioning"] = partitioning_schema()
+    for state, fld in STATE_FIELDS.items():
+        props[fld] = _state_schema(state_docs[state], state not in DISABLED_BY_DEFAULT, extras.get(state))
+    return {"type": "object", "required": ["recipe"], "properties": props}
+
+
+def partitioning_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": "Keep other work off these nodes, rank work on them, cap what each namespace takes.",
+        "properties": {
+            "taint": {
+                "type": "boolean",
+                "default": False,
+                "description": "Taint the nodes <resource>:NoSchedule; the API server's ExtendedResourceToleration "
+                "admission plugin gives every pod requesting the resource the toleration.",
+            },
+            "priorities": {
+                "type": "array",
+                "description": "PriorityClasses this SpecialResource owns; pods name one in spec.priorityClassName.",
+                "items": {
+                    "type": "object",
+                    "required": ["name", "value"],
+                    "properties": {
+                        "name": {"type": "string", "maxLength": 253},
+                        "value": {"type": "integer", "minimum": PRIORITY_MIN, "maximum": PRIORITY_MAX},
+                        "preemptionPolicy": {"type": "string", "enum": list(PREEMPTION_POLICIES)},
+                        "description": _STR,
+                    },
+                },
+            },
+            "quotas": {
+                "type": "array",
+                "description": "Per namespace: ResourceQuota requests.<resource>, optionally a LimitRange max.",
+                "items": {
+                    "type": "object",
+                    "required": ["namespace", "limit"],
+                    "properties": {
+                        "namespace": {"type": "string", "maxLength": 63},
+                        "limit": {"type": "integer", "minimum": 0},
+                        "maxPerContainer": {"type": "integer", "minimum": 1},
+                        "resource": {"type": "string", "description": "Default: the recipe's resource."},
+                    },
+                },
+            },
+        },
+    }
+
+
+def status_schema() -> dict[str, Any]:
+    condition = {
+        "type": "object",
+        "required": ["type", "status"],
+        "properties": {
+            "type": _STR,
+            "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+            "reason": _STR,
+            "message": _STR,
+            "lastTransitionTime": _STR,
+        },
+    }
+    node_row = {
+        "type": "object",
+        "required": ["name"],
+        "properties": {
+            "name": _STR,
+            "state": {"type": "string", "description": "The last state ready on the node (validated: all)."},
+            "failing": {"type": "string", "description": "The state that is not ready yet."},
+            "reason": _STR,
+            "message": _STR,
+            "log": {"type": "string", "description": "Tail of the failing pod's log (at most 1 KiB)."},
+            "since": _STR,
+        },
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "ready": _STR,
+            "resource": _STR,
+            "observedGeneration": {"type": "integer"},
+            "nodeCount": {"type": "integer"},
+            "validatedCount": {"type": "integer"},
+            "stateCounts": {"type": "object", "additionalProperties": {"type": "integer"}},
+            "states": {
+                "type": "object",
+                "additionalProperties": _STR,
+                "description": "Per state: enabled, disabled or not deployed.",
+            },
+            "conditions": {"type": "array", "items": condition},
+            "quotas": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "namespace": _STR,
+                        "resource": _STR,
+                        "used": _STR,
+                        "hard": _STR,
+                        "problem": _STR,
+                    },
+                },
+            },
+            "nodes": {"type": "array", "items": node_row},
+        },
+    }
+
+
+def crd() -> dict[str, Any]:
+    """The CustomResourceDefinition document (apiextensions.k8s.io/v1)."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{PLURAL}.{GROUP}", "labels": {"app.kubernetes.io/managed-by": "sro"}},
+        "spec": {
+            "group": GROUP,
+            "scope": "Cluster",
+            "names": {"plural": PLURAL, "singular": KIND.lower(), "kind": KIND, "shortNames": [SHORT_NAME]},
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": [
+                        {"name": "Ready", "type": "string", "jsonPath": ".status.ready"},
+                        {"name": "Nodes", "type": "integer", "jsonPath": ".status.nodeCount"},
+                        {"name": "Validated", "type": "integer", "jsonPath": ".status.validatedCount"},
+                        {"name": "Recipe", "type": "string", "jsonPath": ".spec.recipe", "priority": 1},
+                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                    ],
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "apiVersion": _STR,
+                                "kind": _STR,
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema(),
+                                "status": status_schema(),
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }

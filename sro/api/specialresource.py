@@ -1,8 +1,8 @@
 """The SpecialResource API (`sro.dev/v1alpha1`, cluster-scoped): its spec as typed records, the
 state names in order, and the node label keys the operator writes.
 
-Why here, in `api/`: the operator reconciles these records, `sro install` turns `crd()` into the CRD
-the API server validates with, `sro status` reads the same label keys, and none of them may drift.
+Why here, in `api/`: the operator reconciles these records, `sro install` applies the CRD built
+from them (`sro.api.crd`), `sro status` reads the same label keys, and none of them may drift.
 The API server already refuses what the schema forbids (with the field named); `parse_spec` repeats
 the checks that a schema cannot express (a name too long for label keys, a driver image template
 with an unknown variable) and raises `SpecError` naming the field, which the operator shows as the

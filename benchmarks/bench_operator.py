@@ -10,12 +10,12 @@ splits each pod state into: its pod seen (the operator created it), the pod Read
 kubelet ran it), the node labelled (the operator noticed). Then the SpecialResource is deleted and timed until it is
 gone with all its pods (its finalizer removes everything).
 
-Floor, same run: the five stages the operator runs pods for on the node (driver, driver-validation,
-runtime, device-plugin, device-plugin-validation) as five plain DaemonSets of the same image
+Floor, same run: the six stages the operator runs pods for on the node (driver, driver-validation,
+runtime, device-plugin, device-plugin-validation, monitoring) as six plain DaemonSets of the same image
 (`sleep infinity`, readiness `exec true` every 2 s like the state DaemonSets' probes, no gating) in a
 namespace of their own, created one after another with the API, each waited (0.2 s polls) until its
 pod on the node is Ready; then deleted together and timed until their pods are gone. The floor is
-what any controller pays to run five pods in sequence on this node; the figure's target (issue 9)
+what any controller pays to run six pods in sequence on this node; the figure's target (issue 9)
 is at most 2x it.
 
 Runs alternate (operator, floor, floor, operator, ...: the first to go pays no warm-up the other
@@ -57,6 +57,7 @@ from sro.api.specialresource import (
     DRIVER,
     DRIVER_VALIDATION,
     FEATURE_DISCOVERY,
+    MONITORING,
     RUNTIME,
     reached_annotation,
     state_label,
@@ -68,7 +69,7 @@ EXAMPLE = ROOT / "examples" / "simulated-gpu.yaml"
 SR = "simulated-gpu"
 LEASE = "sro-operator"
 FLOOR_NS = "sro-bench-floor"
-POD_STAGES = (DRIVER, DRIVER_VALIDATION, RUNTIME, DEVICE_PLUGIN, DEVICE_PLUGIN_VALIDATION)
+POD_STAGES = (DRIVER, DRIVER_VALIDATION, RUNTIME, DEVICE_PLUGIN, DEVICE_PLUGIN_VALIDATION, MONITORING)
 SELECTED, VALIDATED = "selected", "validated"
 STEPS = (SELECTED, *POD_STAGES, FEATURE_DISCOVERY, VALIDATED)
 RUNS = int(os.environ.get("SRO_BENCH_OPERATOR_RUNS", "2"))
@@ -410,6 +411,7 @@ STEP_WHAT = {
     RUNTIME: "runtime DaemonSet pod Ready",
     DEVICE_PLUGIN: "device plugin DaemonSet pod Ready",
     DEVICE_PLUGIN_VALIDATION: "workload validation pod Succeeded",
+    MONITORING: "exporter DaemonSet pod Ready",
     FEATURE_DISCOVERY: "discovery published the device count",
     VALIDATED: "validated label",
 }

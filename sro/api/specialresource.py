@@ -55,7 +55,6 @@ READY: Final = "ready"
 LABEL_NAME_MAX: Final = 63  # the part of a label key after the prefix
 # Variables a driver image template may use, filled per node from NFD labels.
 IMAGE_TEMPLATE_VARS: Final = ("version", "kernel", "os_id", "os_version", "os_major")
-DEFAULT_NVIDIA_IMAGE_TEMPLATE: Final = "nvcr.io/nvidia/driver:{version}-{os_id}{os_version}"
 
 
 class SpecError(ValueError):
@@ -229,6 +228,17 @@ def check_image_template(template: str, where: str) -> None:
         raise SpecError(
             f"{where}: unknown variable(s) {', '.join('{' + u + '}' for u in unknown)} in {template!r}; "
             f"known: {', '.join('{' + v + '}' for v in IMAGE_TEMPLATE_VARS)}"
+        )
+
+
+def check_driver(spec: SpecialResourceSpec, simulated: bool) -> None:
+    """A driver container for real hardware needs its image: sro names no registry of its own."""
+    driver_container = spec.state(DRIVER).enabled and spec.driver.mode == "container" and not simulated
+    if driver_container and not spec.driver.image_template:
+        raise SpecError(
+            "spec.driver.imageTemplate: required to run a driver container for this recipe, e.g. "
+            "'<your registry>/driver:{version}-{os_id}{os_version}'; or set spec.driver.mode: host "
+            "when the driver is installed on the nodes"
         )
 
 

@@ -24,6 +24,7 @@ from sro.api.specialresource import (
     STATE_NAMES,
     SpecError,
     SpecialResourceSpec,
+    check_driver,
     not_ready_taint,
     parse_spec,
     reached_annotation,
@@ -174,6 +175,7 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
     try:
         spec = parse_spec(sr.name, sr.spec)
         recipe = resolve_recipe(spec, obs.custom_recipe)
+        check_driver(spec, recipe.simulated)
         partitioning.check(spec, recipe)
     except SpecError as e:
         return _not_deployable(obs, "SpecInvalid", str(e))

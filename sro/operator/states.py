@@ -21,7 +21,6 @@ from typing import Any
 
 from sro.api.names import NFD_PREFIX
 from sro.api.specialresource import (
-    DEFAULT_NVIDIA_IMAGE_TEMPLATE,
     DEVICE_PLUGIN,
     DEVICE_PLUGIN_VALIDATION,
     DRIVER,
@@ -121,10 +120,8 @@ class RuntimeState(DaemonSetState):
 
 def driver_image(ctx: Context, node: NodeInfo) -> str:
     """The driver image for a node: the template filled from its NFD kernel and OS labels."""
-    template = ctx.spec.driver.image_template or (
-        "" if ctx.recipe.simulated else DEFAULT_NVIDIA_IMAGE_TEMPLATE
-    )
-    if not template:
+    template = ctx.spec.driver.image_template
+    if not template:  # the simulated driver runs from the operator's own image
         return ctx.state_image(DRIVER)
     labels = node.labels
     return template.format(

@@ -96,7 +96,7 @@ def test_the_operator_names_the_daemonset_and_the_roots() -> None:
 
 
 def test_nvidia_driver_container() -> None:
-    image = "nvcr.io/nvidia/driver:550.54.15-6.1.0-18-amd64-debian12"
+    image = "registry.example/nvidia/driver:550.54.15-6.1.0-18-amd64-debian12"
     objs = _objects(recipe="nvidia-gpu", driver_image=image, driver_root="/")
     assert sorted(objs) == ["DaemonSet", "ServiceAccount"], "no devices config for real hardware"
     ds, pod = objs["DaemonSet"], _pod(objs)

@@ -459,6 +459,7 @@ def test_state_overrides_reach_the_container() -> None:
             "CustomManifestsMissing",
             "spec.customManifests",
         ),
+        ({"recipe": "nvidia-gpu"}, SR, "SpecInvalid", "spec.driver.imageTemplate: required"),
     ],
 )
 def test_unworkable_specs_are_degraded_with_the_field_named(

@@ -147,7 +147,11 @@ def _targets(inv: Inventory, devices: tuple[str, ...], all_devices: bool) -> lis
 )
 @click.option("--all", "all_devices", is_flag=True, help="Every device (with --clear: every fault).")
 @click.option(
-    "--xid", type=int, default=79, show_default=True, help="Xid to report (79: fallen off the bus)."
+    "--xid",
+    type=click.IntRange(min=1),
+    default=79,
+    show_default=True,
+    help="Xid to report, a positive integer (79: fallen off the bus).",
 )
 @click.option("--clear", is_flag=True, help="Clear the fault(s) instead of injecting.")
 @_root_option

@@ -102,6 +102,12 @@ def test_bad_input_is_a_clear_error(tree: Path) -> None:
     assert r.exit_code == 1 and "count" in r.output
     r = runner.invoke(driver, ["simulate", *_driver(tree)])
     assert r.exit_code == 2 and "--config" in r.output
+    r = runner.invoke(simulate, ["fault", "--device", "0", "--xid", "-5", *_driver(tree)])
+    assert r.exit_code == 2 and "--xid" in r.output  # Xids are positive integers
+    # the plugin's dry run with no driver installed: one line naming the file, no traceback
+    r = runner.invoke(device_plugin, ["--recipe", "simulated-gpu", "--oneshot", *_driver(tree)])
+    assert r.exit_code == 1 and "no simulated driver here" in r.output and r.exception is not None
+    assert isinstance(r.exception, SystemExit) and "Traceback" not in r.output
 
 
 @pytest.mark.root

@@ -69,7 +69,13 @@ def device_plugin(
             raise click.ClickException(f"{recipe.backend} backend unavailable: {e}") from e
         try:
             config = load_config(config_path, recipe, resource_name)
+        except ConfigError as e:
+            raise click.ClickException(str(e)) from e
+        try:
             inv = backend.inventory()
+        except Exception as e:  # no driver yet, a device that does not answer: say which, once
+            raise click.ClickException(f"{recipe.backend} backend: {e}") from e
+        try:
             plans = resources.plan(inv, config)
         except ConfigError as e:
             raise click.ClickException(str(e)) from e

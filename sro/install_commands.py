@@ -8,17 +8,16 @@ discovery, the RBAC, the CRD and the namespace.
 
 from __future__ import annotations
 
-import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
-from rich.markup import escape
 
+from sro import progress
 from sro.api.names import IMAGE, NAMESPACE
 from sro.installing import (
     DEPLOY_COMMAND,
@@ -33,9 +32,9 @@ from sro.installing import (
     to_yaml,
     write_tree,
 )
+from sro.progress import Progress
 
 console = Console(stderr=True, soft_wrap=True)  # whole lines: logs and tests read them
-Progress = Callable[[str], None]
 POLL = 0.5  # seconds between checks while waiting: a second install is done after one look
 
 
@@ -43,23 +42,11 @@ class WaitTimeout(RuntimeError):
     pass
 
 
-@contextmanager
-def steps(title: str) -> Iterator[Progress]:
-    """Each step printed with the time since start, a spinner on the current one; errors end it."""
+def steps(title: str) -> AbstractContextManager[Progress]:
+    """Progress for install steps; an API, install or wait error ends the command in one line."""
     from sro.kube.applying import KubeError
 
-    t0 = time.monotonic()
-    with console.status(title) as status:
-
-        def progress(message: str) -> None:
-            console.print(f"[dim]{time.monotonic() - t0:6.1f}s[/dim] {escape(message)}")
-            status.update(f"{escape(message)} ...")
-
-        try:
-            yield progress
-        except (KubeError, InstallError, WaitTimeout) as e:
-            console.print(f"[bold red]error:[/bold red] {escape(str(e))}")
-            sys.exit(1)
+    return progress.steps(console, title, (KubeError, InstallError, WaitTimeout))
 
 
 def wait_for(

@@ -3,36 +3,24 @@
 from __future__ import annotations
 
 import sys
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 import click
 from rich.console import Console
 from rich.table import Table
 
+from sro import progress
 from sro.local.cluster import ClusterError, LocalCluster
 from sro.local.images import ImageError
 from sro.local.kubebuild import BuildError
+from sro.progress import Progress
 
 console = Console(stderr=True)
 
 
-@contextmanager
-def steps(title: str) -> Iterator[Callable[[str], None]]:
-    """Progress for long steps: each step printed with the time since start, a spinner on the current one."""
-    t0 = time.monotonic()
-    with console.status(title) as status:
-
-        def progress(message: str) -> None:
-            console.print(f"[dim]{time.monotonic() - t0:6.1f}s[/dim] {message}")
-            status.update(f"{message} ...")
-
-        try:
-            yield progress
-        except (ClusterError, ImageError, BuildError) as e:
-            console.print(f"[bold red]error:[/bold red] {e}")
-            sys.exit(1)
+def steps(title: str) -> AbstractContextManager[Progress]:
+    """Progress for long steps; a cluster, image or build error ends the command in one line."""
+    return progress.steps(console, title, (ClusterError, ImageError, BuildError))
 
 
 @click.group()

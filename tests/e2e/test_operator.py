@@ -26,11 +26,9 @@ from sro.api.recipes import SIMULATED_GPU
 from sro.api.specialresource import (
     DEVICE_PLUGIN,
     DEVICE_PLUGIN_VALIDATION,
-    DRIVER,
     DRIVER_VALIDATION,
-    FEATURE_DISCOVERY,
-    MONITORING,
     RUNTIME,
+    STATE_NAMES,
     reached_annotation,
     state_label,
     validated_label,
@@ -43,15 +41,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 NS = "sro-system"
 SR = "simulated-gpu"
 BAD = "broken-templates"
-CHAIN = (
-    DRIVER,
-    DRIVER_VALIDATION,
-    RUNTIME,
-    DEVICE_PLUGIN,
-    DEVICE_PLUGIN_VALIDATION,
-    MONITORING,
-    FEATURE_DISCOVERY,
-)
+CHAIN = STATE_NAMES  # the example turns every state on: the whole chain, in order
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "simulated-gpu.yaml"
 DRIVER_ROOT = Path(SIMULATED_GPU.driver_root)
 

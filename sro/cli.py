@@ -44,6 +44,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "sro.operator.status_command:status",
         "SpecialResources and where each node stands, as tables.",
     ),
+    "upgrade": (
+        "sro.operator.upgrade_command:upgrade",
+        "Driver upgrades: status, pause, resume, retry a failed node.",
+    ),
     "report": (
         "sro.report.command:report",
         "A PNG of GPU utilisation and memory over time per device, node or namespace (Prometheus).",
@@ -107,10 +111,45 @@ class LazyGroup(click.Group):
         assert isinstance(command, click.Command)
         return command
 
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; an error of the environment that it let through ends in one line."""
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as e:
+            message = environment_error(e)
+            if message is None:  # a bug: its traceback is what to report
+                raise
+            logging.getLogger("sro").debug("%s", message, exc_info=True)
+            raise click.ClickException(message) from e
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, short) for name, (_, short) in COMMANDS.items()]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
+
+
+def environment_error(e: BaseException) -> str | None:
+    """One line for an error of the environment, or None for any other error (a bug).
+
+    The environment: the Kubernetes API (kubeconfig, connection, refusal: `sro.kube.client`) and the
+    file system and network (a file missing, no permission). Commands say more where they know
+    more; this is the net under them, so that no command ends in a traceback for want of a file,
+    a permission or a cluster. The traceback is still logged with -vv.
+    """
+    if "httpx" in sys.modules or "lightkube" in sys.modules:  # only commands that use them load them
+        from sro.kube.client import describe_error
+
+        message = describe_error(e)
+        if message is not None:
+            return message
+    if isinstance(e, OSError):
+        if e.filename is None:
+            return " ".join(str(e).split())
+        other = f" -> {e.filename2}" if e.filename2 is not None else ""
+        return f"{e.filename}{other}: {e.strerror or type(e).__name__}"
+    return None
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

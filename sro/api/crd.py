@@ -85,6 +85,7 @@ def spec_schema() -> dict[str, Any]:
                 + " (from the node's NFD kernel and os_release labels).",
             },
             "devicesConfig": {"type": "string", "description": "simulated-gpu: the simulated devices YAML."},
+            "upgradePolicy": upgrade_policy_schema(),
         },
         DEVICE_PLUGIN: {"config": {"type": "string", "description": "The plugin's config.yaml."}},
         DEVICE_PLUGIN_VALIDATION: {
@@ -132,6 +133,87 @@ def spec_schema() -> dict[str, Any]:
     for state, fld in STATE_FIELDS.items():
         props[fld] = _state_schema(state_docs[state], state not in DISABLED_BY_DEFAULT, extras.get(state))
     return {"type": "object", "required": ["recipe"], "properties": props}
+
+
+def upgrade_policy_schema() -> dict[str, Any]:
+    seconds = {"type": "integer", "minimum": 1, "maximum": 86400}
+    selector = {
+        "type": "string",
+        "description": "Label selector: key=value, key!=value, key, !key, comma-separated.",
+    }
+    return {
+        "type": "object",
+        "description": "How a change of the driver rolls over the nodes, one node's state machine at a time: "
+        "upgrade-required, cordoned, waiting-for-jobs, pods-evicted, driver-replaced, validated, "
+        "uncordoned, done (or failed); see `sro upgrade status`.",
+        "properties": {
+            "autoUpgrade": {
+                "type": "boolean",
+                "default": True,
+                "description": "false: nodes keep their driver and show upgrade-required.",
+            },
+            "maxParallelUpgrades": {
+                "type": "integer",
+                "minimum": 0,
+                "default": 1,
+                "description": "Nodes upgrading at once (0: no limit but maxUnavailable).",
+            },
+            "maxUnavailable": {
+                "x-kubernetes-int-or-string": True,
+                "pattern": "^(100|[1-9][0-9]?)%$|^[1-9][0-9]*$",
+                "default": "25%",
+                "description": "Nodes out of service at once: a count (at least 1) or a percentage (1% to 100%) "
+                "of the selected nodes, rounded up.",
+            },
+            "paused": {
+                "type": "boolean",
+                "default": False,
+                "description": "Start no node; a node past its evictions finishes (`sro upgrade pause|resume`).",
+            },
+            "timeoutSeconds": {
+                **seconds,
+                "default": 600,
+                "description": "From driver replaced to validated; a node slower than this fails and goes back "
+                "to its old driver, cordoned, and the rollout stops.",
+            },
+            "drain": {
+                "type": "object",
+                "description": "Pods using the device are always evicted; with enable, the pods matching podSelector too.",
+                "properties": {
+                    "enable": {"type": "boolean", "default": False},
+                    "podSelector": selector,
+                    "timeoutSeconds": {
+                        **seconds,
+                        "default": 300,
+                        "description": "How long evictions may take.",
+                    },
+                    "deleteEmptyDir": {
+                        "type": "boolean",
+                        "default": False,
+                        "description": "Evict pods with emptyDir volumes.",
+                    },
+                    "force": {
+                        "type": "boolean",
+                        "default": False,
+                        "description": "Evict pods no controller recreates.",
+                    },
+                },
+            },
+            "waitForCompletion": {
+                "type": "object",
+                "description": "Pods on the node that must finish (Succeeded or Failed) before any eviction.",
+                "properties": {
+                    "podSelector": selector,
+                    "timeoutSeconds": {
+                        "type": "integer",
+                        "minimum": 0,
+                        "default": 0,
+                        "description": "0: wait as long as they run.",
+                    },
+                },
+            },
+        },
+    }
 
 
 def partitioning_schema() -> dict[str, Any]:
@@ -200,6 +282,17 @@ def status_schema() -> dict[str, Any]:
             "message": _STR,
             "log": {"type": "string", "description": "Tail of the failing pod's log (at most 1 KiB)."},
             "since": _STR,
+            "upgrade": {
+                "type": "object",
+                "description": "The node's driver upgrade while one is under way.",
+                "properties": {
+                    "state": _STR,
+                    "from": _STR,
+                    "to": _STR,
+                    "reason": _STR,
+                    "steps": {"type": "object", "additionalProperties": _STR},
+                },
+            },
         },
     }
     return {
@@ -231,6 +324,18 @@ def status_schema() -> dict[str, Any]:
                 },
             },
             "nodes": {"type": "array", "items": node_row},
+            "driverUpgrade": {
+                "type": "object",
+                "description": "The driver rollout: target version, nodes per upgrade state, what blocks it.",
+                "properties": {
+                    "target": _STR,
+                    "revision": _STR,
+                    "paused": {"type": "boolean"},
+                    "autoUpgrade": {"type": "boolean"},
+                    "nodes": {"type": "object", "additionalProperties": {"type": "integer"}},
+                    "blocked": _STR,
+                },
+            },
         },
     }
 

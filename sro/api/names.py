@@ -41,6 +41,8 @@ def sro_label(name: str) -> str:
 # Labels the operator puts on every object it renders for a SpecialResource, and on their pods.
 SPECIALRESOURCE_LABEL: Final = f"{GROUP}/specialresource"
 STATE_LABEL: Final = f"{GROUP}/state"
+# On the driver DaemonSets and their pods: the driver revision (version, image, config) they run.
+DRIVER_REVISION_LABEL: Final = f"{GROUP}/driver-revision"
 
 # Where the operator's `runtime` state keeps the node's runtime files (the stdlib-only hook as a
 # zipapp, the launcher the containerd runtime handler `sro` runs, hooks.d entries, CDI specs).

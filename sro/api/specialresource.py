@@ -85,8 +85,25 @@ def simulated_opt_in_label(recipe: str) -> str:
     return f"{PREFIX}{recipe}.enabled"
 
 
+def driver_revision_label(sr: str) -> str:
+    """`sro.dev/<sr>.driver-revision`: which driver revision's DaemonSet runs on the node (the
+    operator moves it from the old revision to the new one when the node's upgrade reaches it)."""
+    return f"{PREFIX}{sr}.driver-revision"
+
+
+def upgrade_state_label(sr: str) -> str:
+    """`sro.dev/<sr>.upgrade-state`: where the node is in a driver upgrade (see `UPGRADE_STATES`)."""
+    return f"{PREFIX}{sr}.upgrade-state"
+
+
+def upgrade_annotation(sr: str) -> str:
+    """Node annotation with the node's upgrade record (JSON: from, to, state, step times, reason)."""
+    return f"{PREFIX}{sr}.upgrade"
+
+
 def longest_label_name(sr: str) -> str:
-    return max((f"{sr}.{s}" for s in (*STATE_NAMES, "validated", "not-ready", "reached")), key=len)
+    suffixes = (*STATE_NAMES, "validated", "not-ready", "reached", "driver-revision", "upgrade-state")
+    return max((f"{sr}.{s}" for s in suffixes), key=len)
 
 
 @dataclass(frozen=True)
@@ -102,11 +119,44 @@ class StateSpec:
 
 
 @dataclass(frozen=True)
+class DrainSpec:
+    """Which other pods leave a node before its driver is replaced (pods using the device always do)."""
+
+    enable: bool = False  # evict the pods matching pod_selector too (DaemonSet pods never)
+    pod_selector: str = ""  # a label selector ("a=b,c!=d,e,!f"); empty: every pod
+    timeout_seconds: int = 300  # how long evictions may take before the node is failed
+    delete_empty_dir: bool = False  # evict pods with emptyDir volumes (their data is lost)
+    force: bool = False  # evict pods no controller will recreate
+
+
+@dataclass(frozen=True)
+class WaitForCompletionSpec:
+    """Pods (jobs) on the node that must finish before anything is evicted."""
+
+    pod_selector: str = ""  # empty: wait for nothing
+    timeout_seconds: int = 0  # 0: wait as long as they run
+
+
+@dataclass(frozen=True)
+class UpgradePolicy:
+    """How a change of the driver (version, image, config) rolls over the nodes."""
+
+    auto_upgrade: bool = True  # False: nodes keep their driver; they show upgrade-required
+    max_parallel_upgrades: int = 1  # nodes upgrading at once; 0: no limit but max_unavailable
+    max_unavailable: int | str = "25%"  # nodes (count or percent of the selected) out of service at once
+    paused: bool = False  # start no node; nodes past their evictions finish
+    timeout_seconds: int = 600  # driver replaced -> validated, else the node fails
+    drain: DrainSpec = DrainSpec()
+    wait_for_completion: WaitForCompletionSpec = WaitForCompletionSpec()
+
+
+@dataclass(frozen=True)
 class DriverSpec:
     mode: str = "container"  # container | host (pre-installed on the node: nothing is deployed)
     version: str = ""
     image_template: str = ""  # e.g. registry/driver:{version}-{kernel}; default per recipe
     devices_config: str = ""  # simulated recipe: the devices YAML (default: 8 GPUs, NVLink)
+    upgrade_policy: UpgradePolicy = UpgradePolicy()
 
 
 @dataclass(frozen=True)
@@ -256,8 +306,10 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
-def _int(doc: Mapping[str, Any], key: str, where: str, low: int, high: int) -> int:
-    value = doc.get(key)
+def _int(
+    doc: Mapping[str, Any], key: str, where: str, low: int, high: int, default: int | None = None
+) -> int:
+    value = doc.get(key, default)
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
         raise SpecError(f"{where}.{key}: expected a whole number from {low} to {high}, got {value!r}")
     return value
@@ -311,6 +363,88 @@ def parse_partitioning(doc: Mapping[str, Any]) -> PartitioningSpec:
     return PartitioningSpec(_bool(doc, "taint", where, False), tuple(priorities), tuple(quotas))
 
 
+_SELECTOR_ITEM = re.compile(r"^(!?)([A-Za-z0-9][-A-Za-z0-9_./]*)(?:\s*(==|=|!=)\s*([-A-Za-z0-9_.]*))?$")
+
+
+def parse_selector(text: str, where: str) -> tuple[tuple[str, str, str], ...]:
+    """An equality-based label selector as (key, op, value) items; op is =, != , exists or !exists."""
+    items = []
+    for raw in (p.strip() for p in text.split(",")):
+        if not raw:
+            continue
+        m = _SELECTOR_ITEM.match(raw)
+        if not m or (m.group(1) and m.group(3)):
+            raise SpecError(
+                f"{where}: {raw!r} is not a selector item; use key=value, key!=value, key or !key "
+                "(comma-separated; set-based selectors are not supported)"
+            )
+        neg, key, op, value = m.groups()
+        if op:
+            items.append((key, "!=" if op == "!=" else "=", value or ""))
+        else:
+            items.append((key, "!exists" if neg else "exists", ""))
+    return tuple(items)
+
+
+def selector_matches(items: Sequence[tuple[str, str, str]], labels: Mapping[str, str]) -> bool:
+    for key, op, value in items:
+        if op == "=" and labels.get(key) != value:
+            return False
+        if op == "!=" and labels.get(key) == value:
+            return False
+        if op == "exists" and key not in labels:
+            return False
+        if op == "!exists" and key in labels:
+            return False
+    return True
+
+
+def _count_or_percent(doc: Mapping[str, Any], key: str, where: str, default: int | str) -> int | str:
+    value = doc.get(key, default)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    if isinstance(value, str):
+        m = re.fullmatch(r"(\d+)%", value)
+        if m and 1 <= int(m.group(1)) <= 100:
+            return value
+        if value.isdigit() and int(value) >= 1:
+            return int(value)
+    raise SpecError(
+        f"{where}.{key}: expected a count of at least 1 or a percentage from 1% to 100%, got {value!r} "
+        "(0 would never let a node upgrade)"
+    )
+
+
+def parse_upgrade_policy(doc: Mapping[str, Any]) -> UpgradePolicy:
+    where = "spec.driver.upgradePolicy"
+    drain = _mapping(doc, "drain", where)
+    at = f"{where}.drain"
+    selector = _str(drain, "podSelector", at)
+    parse_selector(selector, f"{at}.podSelector")
+    wait = _mapping(doc, "waitForCompletion", where)
+    wat = f"{where}.waitForCompletion"
+    wait_selector = _str(wait, "podSelector", wat)
+    parse_selector(wait_selector, f"{wat}.podSelector")
+    return UpgradePolicy(
+        auto_upgrade=_bool(doc, "autoUpgrade", where, True),
+        max_parallel_upgrades=_int(doc, "maxParallelUpgrades", where, 0, 10_000, 1),
+        max_unavailable=_count_or_percent(doc, "maxUnavailable", where, "25%"),
+        paused=_bool(doc, "paused", where, False),
+        timeout_seconds=_int(doc, "timeoutSeconds", where, 1, 86_400, 600),
+        drain=DrainSpec(
+            enable=_bool(drain, "enable", at, False),
+            pod_selector=selector,
+            timeout_seconds=_int(drain, "timeoutSeconds", at, 1, 86_400, 300),
+            delete_empty_dir=_bool(drain, "deleteEmptyDir", at, False),
+            force=_bool(drain, "force", at, False),
+        ),
+        wait_for_completion=WaitForCompletionSpec(
+            pod_selector=wait_selector,
+            timeout_seconds=_int(wait, "timeoutSeconds", wat, 0, 86_400, 0),
+        ),
+    )
+
+
 def parse_spec(name: str, spec: Mapping[str, Any]) -> SpecialResourceSpec:
     """The typed spec of SpecialResource `name`; raises SpecError naming the first field to fix."""
     check_name(name)
@@ -351,6 +485,7 @@ def parse_spec(name: str, spec: Mapping[str, Any]) -> SpecialResourceSpec:
             version=_str(drv, "version", "spec.driver"),
             image_template=template,
             devices_config=_str(drv, "devicesConfig", "spec.driver"),
+            upgrade_policy=parse_upgrade_policy(_mapping(drv, "upgradePolicy", "spec.driver")),
         ),
         device_plugin_config=_str(dp, "config", "spec.devicePlugin"),
         cuda_sample=_str(dpv, "cudaSample", "spec.devicePluginValidation"),

@@ -27,19 +27,33 @@ from lightkube.resources.core_v1 import ConfigMap, LimitRange, Namespace, Node, 
 from lightkube.resources.scheduling_v1 import PriorityClass
 from lightkube.types import PatchType
 
-from sro.api.names import FIELD_MANAGER, GROUP, KIND, PLURAL, SPECIALRESOURCE_LABEL, VERSION
+from sro.api.names import (
+    API_VERSION,
+    DRIVER_REVISION_LABEL,
+    FIELD_MANAGER,
+    GROUP,
+    KIND,
+    PLURAL,
+    SPECIALRESOURCE_LABEL,
+    VERSION,
+)
+from sro.api.specialresource import upgrade_state_label
+from sro.kube.eviction import Evictor, post_event
 from sro.operator.observed import (
     NodeInfo,
     Observed,
     PodInfo,
     QuotaInfo,
     SpecialResourceInfo,
+    WorkloadPod,
     node_from_json,
     pod_from_json,
     sr_from_json,
+    workload_from_json,
 )
 from sro.operator.reconcile import NodePatch, Plan, release, taints_after
 from sro.operator.states import HARD_REASONS
+from sro.operator.upgrade import READS_PODS
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +93,7 @@ class SpecialResourceIO:
         self.client = client
         self.namespace = namespace
         self.image = image
+        self.evictor = Evictor(client)
         self._applied: dict[tuple[str, str], str] = {}
 
     # ---- reading ---------------------------------------------------------------------------
@@ -129,10 +144,24 @@ class SpecialResourceIO:
             pods.append(info)
         prometheus_operator = await self._exists(CustomResourceDefinition, SERVICE_MONITOR_CRD)
         owned: list[tuple[str, str]] = []
+        revisions: dict[tuple[str, str], str] = {}
         kinds = {**OWNED_KINDS, **(MONITORING_KINDS if prometheus_operator else {})}
         for kind, res in kinds.items():
             async for o in self.client.list(res, namespace=ns, labels=selector):
-                owned.append((kind, _dict(o)["metadata"]["name"]))
+                md = _dict(o)["metadata"]
+                owned.append((kind, md["name"]))
+                revision = (md.get("labels") or {}).get(DRIVER_REVISION_LABEL)
+                if revision:
+                    revisions[(kind, md["name"])] = revision
+        # the pods on nodes in an upgrade's eviction steps: what to wait for and what to evict
+        state_key = upgrade_state_label(sr.name)
+        upgrading = [n.name for n in nodes if n.labels.get(state_key) in READS_PODS]
+        workloads: list[WorkloadPod] = []
+        for node_name in upgrading:
+            async for p in self.client.list(Pod, namespace=ALL_NS, fields={"spec.nodeName": node_name}):
+                doc = _dict(p)
+                if (doc["metadata"].get("labels") or {}).get(SPECIALRESOURCE_LABEL) != sr.name:
+                    workloads.append(workload_from_json(doc))
         everyone = [sr_from_json(_dict(o)) async for o in self.client.list(SpecialResource)]
         others = [o for o in everyone if o.name != sr.name and not o.deleting]
         custom = None
@@ -169,6 +198,9 @@ class SpecialResourceIO:
             custom_manifests=custom,
             custom_recipe=recipe,
             image=self.image,
+            revisions=revisions,
+            workloads=tuple(workloads),
+            workload_nodes=tuple(upgrading),
         )
 
     async def _owned_elsewhere(self, sr: str) -> list[tuple[str, str, str]]:
@@ -218,6 +250,25 @@ class SpecialResourceIO:
                     log.warning("%s: could not create pod %s: %s", sr.name, pod["metadata"]["name"], e)
         for node, patch in plan.node_patches.items():
             failures += not await self.patch_node(sr.name, node, patch)
+        for namespace, pod_name in plan.evict:
+            result = await self.evictor.evict(namespace, pod_name)
+            if result.done:
+                log.info("%s: evicting %s/%s", sr.name, namespace, pod_name)
+            else:
+                log.info("%s: %s (retried on the next pass)", sr.name, result.message)
+        for ev in plan.events:
+            log.info("%s: node %s: %s: %s", sr.name, ev.node, ev.reason, ev.message)
+            await post_event(self.client, "Node", "v1", ev.node, ev.uid, ev.type, ev.reason, ev.message)
+            await post_event(
+                self.client,
+                KIND,
+                API_VERSION,
+                sr.name,
+                sr.uid,
+                ev.type,
+                ev.reason,
+                f"node {ev.node}: {ev.message}",
+            )
         if dict(plan.status) != dict(sr.status):
             failures += not await self.patch_status(sr, plan.status)
         return failures
@@ -238,11 +289,14 @@ class SpecialResourceIO:
         if patch.annotations:
             metadata["annotations"] = dict(patch.annotations)
         body: dict[str, Any] = {"metadata": metadata}
+        if patch.unschedulable is not None:
+            body["spec"] = {"unschedulable": patch.unschedulable}
         try:
             if patch.changes_taints:
                 # taints are a list: read, change ours, write back guarded by resourceVersion
                 node = _dict(await self.client.get(Node, name))
-                body["spec"] = {"taints": taints_after((node.get("spec") or {}).get("taints") or [], patch)}
+                taints = taints_after((node.get("spec") or {}).get("taints") or [], patch)
+                body["spec"] = {**body.get("spec", {}), "taints": taints}
                 metadata["resourceVersion"] = node["metadata"]["resourceVersion"]
             await self.client.patch(Node, name, body, patch_type=PatchType.MERGE)
             return True
@@ -253,11 +307,7 @@ class SpecialResourceIO:
             return False
 
     async def patch_status(self, sr: SpecialResourceInfo, status: Mapping[str, Any]) -> bool:
-        body: dict[str, Any] = dict(status)
-        for key in ("stateCounts", "states"):  # merge patch: keys that went away must be nulled
-            gone = set(sr.status.get(key) or {}) - set(status.get(key) or {})
-            if gone:
-                body[key] = {**dict(status.get(key) or {}), **{k: None for k in gone}}
+        body = merge_patch(sr.status, status)
         try:
             await self.client.patch(
                 SpecialResource.Status, sr.name, {"status": body}, patch_type=PatchType.MERGE
@@ -300,6 +350,20 @@ class SpecialResourceIO:
                 break
             await asyncio.sleep(1)
         return problems
+
+
+def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """A JSON merge patch turning `old` into `new`: keys that went away are nulled, at every depth
+    (lists are replaced whole, as merge patches do)."""
+    out: dict[str, Any] = {}
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            out[key] = merge_patch(before, value)
+        else:
+            out[key] = value
+    out.update({k: None for k in old if k not in new})
+    return out
 
 
 def read_for_status(client: Any, name: str | None = None) -> tuple[list[SpecialResourceInfo], list[NodeInfo]]:

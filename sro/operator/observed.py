@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sro.api.names import SPECIALRESOURCE_LABEL, STATE_LABEL
+from sro.api.names import DRIVER_REVISION_LABEL, SPECIALRESOURCE_LABEL, STATE_LABEL
 
 
 @dataclass(frozen=True)
@@ -29,9 +29,35 @@ class QuotaInfo:
 @dataclass(frozen=True)
 class NodeInfo:
     name: str
+    uid: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Mapping[str, Any], ...] = ()
+    unschedulable: bool = False  # cordoned
+
+
+@dataclass(frozen=True)
+class WorkloadPod:
+    """Any pod on a node whose driver is being upgraded: what eviction and waiting need to know."""
+
+    namespace: str
+    name: str
+    node: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    phase: str = "Running"
+    resources: frozenset[str] = frozenset()  # what its containers request or limit (cpu, sro.dev/...)
+    controller: str = ""  # kind of the controlling owner ("" when none recreates the pod)
+    empty_dir: bool = False
+    mirror: bool = False  # a static pod's mirror: eviction cannot remove it
+    deleting: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
 
 
 @dataclass(frozen=True)
@@ -51,6 +77,7 @@ class PodInfo:
     finished_at: datetime | None = None
     deleting: bool = False
     log: str = ""  # tail of the log, filled only for failing pods
+    revision: str = ""  # driver pods: the driver revision they run
 
 
 @dataclass(frozen=True)
@@ -80,6 +107,11 @@ class Observed:
     quotas: tuple[QuotaInfo, ...] = ()  # our ResourceQuotas, with their used / hard
     owned_elsewhere: tuple[tuple[str, str, str], ...] = ()  # (kind, namespace or "", name): partitioning
     prometheus_operator: bool = False  # monitoring.coreos.com's ServiceMonitor CRD exists
+    revisions: Mapping[tuple[str, str], str] = field(
+        default_factory=dict
+    )  # owned (kind, name) -> driver revision
+    workloads: tuple[WorkloadPod, ...] = ()  # every pod on the nodes listed in workload_nodes
+    workload_nodes: tuple[str, ...] = ()  # nodes whose pods were read (those in an upgrade's eviction steps)
 
 
 def _time(value: Any) -> datetime | None:
@@ -92,9 +124,11 @@ def node_from_json(doc: Mapping[str, Any]) -> NodeInfo:
     md = doc.get("metadata", {})
     return NodeInfo(
         name=md["name"],
+        uid=md.get("uid", ""),
         labels=dict(md.get("labels") or {}),
         annotations=dict(md.get("annotations") or {}),
         taints=tuple(doc.get("spec", {}).get("taints") or ()),
+        unschedulable=bool(doc.get("spec", {}).get("unschedulable")),
     )
 
 
@@ -142,6 +176,31 @@ def pod_from_json(doc: Mapping[str, Any], log: str = "") -> PodInfo:
         finished_at=finished,
         deleting=bool(md.get("deletionTimestamp")),
         log=log,
+        revision=labels.get(DRIVER_REVISION_LABEL, ""),
+    )
+
+
+def workload_from_json(doc: Mapping[str, Any]) -> WorkloadPod:
+    """A pod on a node whose driver is being upgraded."""
+    md, spec, status = doc.get("metadata", {}), doc.get("spec", {}), doc.get("status", {})
+    containers = [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
+    owner = next((o for o in md.get("ownerReferences") or () if o.get("controller")), None)
+    return WorkloadPod(
+        namespace=md.get("namespace", ""),
+        name=md["name"],
+        node=spec.get("nodeName", ""),
+        labels=dict(md.get("labels") or {}),
+        phase=status.get("phase", "Pending"),
+        resources=frozenset(
+            name
+            for c in containers
+            for kind in ("requests", "limits")
+            for name in ((c.get("resources") or {}).get(kind) or {})
+        ),
+        controller=str(owner.get("kind", "")) if owner else "",
+        empty_dir=any("emptyDir" in v for v in spec.get("volumes") or ()),
+        mirror="kubernetes.io/config.mirror" in (md.get("annotations") or {}),
+        deleting=bool(md.get("deletionTimestamp")),
     )
 
 

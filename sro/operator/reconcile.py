@@ -14,7 +14,7 @@ pods select the previous state's label). A validation state that is next in line
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,17 +25,31 @@ from sro.api.specialresource import (
     SpecError,
     SpecialResourceSpec,
     check_driver,
+    driver_revision_label,
     not_ready_taint,
     parse_spec,
     reached_annotation,
     state_label,
+    upgrade_annotation,
+    upgrade_state_label,
     validated_label,
 )
 from sro.operator import partitioning
 from sro.operator.observed import NodeInfo, Observed, SpecialResourceInfo
 from sro.operator.rendering import Context, RenderError, Term
-from sro.operator.states import STATES, State, ValidationState
+from sro.operator.states import STATES, DriverState, State, ValidationState
 from sro.operator.status import NodeRow, build_status
+from sro.operator.upgrade import (
+    DONE,
+    Machine,
+    NodeFacts,
+    NodeUpgrade,
+    Record,
+    UpgradePlan,
+    driver_ready,
+    driver_revision,
+    scan_pod_name,
+)
 
 SELECTED = "selected"  # key in the reached annotation: when the node first matched
 
@@ -49,10 +63,15 @@ class NodePatch:
     annotations: Mapping[str, str | None] = field(default_factory=dict)
     add_taints: tuple[Taint, ...] = ()
     remove_taints: tuple[tuple[str, str | None], ...] = ()  # (key, value); None: any value
+    unschedulable: bool | None = None  # cordon (True) or uncordon (False); None: leave as is
 
     @property
     def changes_taints(self) -> bool:
         return bool(self.add_taints or self.remove_taints)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.labels or self.annotations or self.changes_taints or self.unschedulable is not None)
 
 
 def taint_matches(taint: Mapping[str, Any], key: str, value: str | None) -> bool:
@@ -71,6 +90,17 @@ def taints_after(taints: Sequence[Mapping[str, Any]], patch: NodePatch) -> list[
 
 
 @dataclass(frozen=True)
+class NodeEvent:
+    """An event about a node's upgrade, posted on the Node and on the SpecialResource."""
+
+    node: str
+    uid: str
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
 class Plan:
     status: dict[str, Any]
     apply: tuple[dict[str, Any], ...] = ()
@@ -79,6 +109,8 @@ class Plan:
     create_pods: tuple[dict[str, Any], ...] = ()
     delete_pods: tuple[str, ...] = ()
     node_patches: Mapping[str, NodePatch] = field(default_factory=dict)
+    evict: tuple[tuple[str, str], ...] = ()  # (namespace, pod) through the Eviction API
+    events: tuple[NodeEvent, ...] = ()
     rows: tuple[NodeRow, ...] = ()
     requeue: float = 30.0
     deployable: bool = True  # False: the spec cannot work; nothing was planned but the status
@@ -223,7 +255,6 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
         return _not_deployable(obs, "RenderFailed", str(e), recipe.resource)
 
     desired = {(o["kind"], o["metadata"]["name"]) for o in objects}
-    stale = tuple(sorted(k for k in obs.owned if k[0] != "Pod" and k not in desired))
     shaping = partitioning.objects(sr.name, sr.uid, spec, recipe, obs.namespaces)
     wanted = {(o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in shaping}
     stale_elsewhere = tuple(sorted(k for k in obs.owned_elsewhere if k not in wanted))
@@ -240,6 +271,25 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
             patches[node.name] = patch
         create_pods.extend(creates)
         delete_pods.extend(deletes)
+    evict: list[tuple[str, str]] = []
+    events: list[NodeEvent] = []
+    pinned: frozenset[str] = frozenset()
+    upgrading: UpgradePlan | None = None
+    if any(isinstance(s, DriverState) for s in chain):
+        upgrading = _upgrades(ctx, selected, rows, obs, now)
+        pinned = upgrading.pinned
+        uids = {n.name: n.uid for n in selected}
+        for name, step in upgrading.nodes.items():
+            patches[name] = merge(patches.get(name), _as_patch(step))
+            evict.extend(step.evict)
+            create_pods.extend(step.create_pods)
+            delete_pods.extend(p for p in step.delete_pods if p not in delete_pods)
+            events.extend(NodeEvent(name, uids[name], *e) for e in step.events)
+        rows = [_with_upgrade(r, upgrading.nodes.get(r.name)) for r in rows]
+    else:  # no driver deployed: no revisions, no upgrades
+        for node in selected:
+            patches[node.name] = merge(patches.get(node.name), release_upgrade(sr.name, node))
+    patches = {k: v for k, v in patches.items() if not v.empty}
     # Nodes that stopped matching (or a label someone copied): take every key of ours back.
     for node in obs.nodes:
         if node.name in selected_names:
@@ -256,11 +306,22 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
         if is_validation and (pod.node not in selected_names or pod.state not in enabled_validations):
             delete_pods.append(pod.name)
 
+    # an older driver revision's objects stay while a node runs it (or may go back to it)
+    stale = tuple(
+        sorted(
+            k
+            for k in obs.owned
+            if k[0] != "Pod" and k not in desired and obs.revisions.get(k, "") not in pinned
+        )
+    )
     state_modes = {s.name: ("enabled" if s in chain else "disabled") for s in STATES}
     status = build_status(sr, rows, state_modes, _counts(rows, chain), recipe.resource, now)
     if spec.partitioning.quotas:
         status["quotas"] = partitioning.quota_rows(spec, recipe, obs.quotas, obs.namespaces)
-    busy = any(not r.validated for r in rows) or bool(create_pods or delete_pods or patches)
+    if upgrading is not None and (upgrading.summary.get("nodes") or upgrading.summary.get("blocked")):
+        status["driverUpgrade"] = dict(upgrading.summary)
+    busy = any(not r.validated for r in rows) or bool(create_pods or delete_pods or patches or evict)
+    busy = busy or (upgrading is not None and upgrading.busy)
     return Plan(
         status=status,
         apply=(*objects, *shaping),
@@ -269,8 +330,73 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
         create_pods=tuple(create_pods),
         delete_pods=tuple(delete_pods),
         node_patches=patches,
+        evict=tuple(evict),
+        events=tuple(events),
         rows=tuple(rows),
         requeue=3.0 if busy else 30.0,
+    )
+
+
+def _upgrades(
+    ctx: Context, selected: Sequence[NodeInfo], rows: Sequence[NodeRow], obs: Observed, now: datetime
+) -> UpgradePlan:
+    """Run the upgrade machine over the selected nodes, with the walk's verdicts."""
+    rev_key = driver_revision_label(ctx.sr)
+    by_row = {r.name: r for r in rows}
+    pods_by_node: dict[str, list[Any]] = {}
+    for w in obs.workloads:
+        pods_by_node.setdefault(w.node, []).append(w)
+    read = set(obs.workload_nodes)
+    facts = []
+    for node in selected:
+        row = by_row[node.name]
+        scan_name = scan_pod_name(ctx, node.name)
+        facts.append(
+            NodeFacts(
+                node=node,
+                validated=row.validated,
+                failing=f"{row.failing}: {row.reason} {row.message}".strip() if row.failing else "",
+                driver_ready=driver_ready(node, obs.pods, rev_key),
+                workloads=tuple(pods_by_node.get(node.name, ())) if node.name in read else None,
+                scan=next((p for p in obs.pods if p.name == scan_name), None),
+            )
+        )
+    return Machine(ctx, driver_revision(ctx), now, stamp(now)).run(facts)
+
+
+def _as_patch(step: NodeUpgrade) -> NodePatch:
+    return NodePatch(labels=step.labels, annotations=step.annotations, unschedulable=step.unschedulable)
+
+
+def _with_upgrade(row: NodeRow, step: NodeUpgrade | None) -> NodeRow:
+    """The row carries the node's upgrade while one is under way (a finished one lives on the node)."""
+    if step is None or step.record is None or step.record.state == DONE:
+        return row
+    return replace(row, upgrade=step.to_status())
+
+
+def merge(a: NodePatch | None, b: NodePatch | None) -> NodePatch:
+    """Two patches of one node as one (b's keys win)."""
+    a, b = a or NodePatch(), b or NodePatch()
+    return NodePatch(
+        labels={**a.labels, **b.labels},
+        annotations={**a.annotations, **b.annotations},
+        add_taints=(*a.add_taints, *b.add_taints),
+        remove_taints=(*a.remove_taints, *b.remove_taints),
+        unschedulable=b.unschedulable if b.unschedulable is not None else a.unschedulable,
+    )
+
+
+def release_upgrade(sr: str, node: NodeInfo) -> NodePatch:
+    """The driver revision and upgrade keys taken off a node, uncordoning it if sro cordoned it."""
+    keys = [k for k in (driver_revision_label(sr), upgrade_state_label(sr)) if k in node.labels]
+    ann = upgrade_annotation(sr)
+    rec = Record.from_json(node.annotations.get(ann, ""))
+    ours = rec is not None and rec.cordoned and rec.state not in (DONE,) and node.unschedulable
+    return NodePatch(
+        labels={k: None for k in keys},
+        annotations={ann: None} if ann in node.annotations else {},
+        unschedulable=False if ours else None,
     )
 
 
@@ -379,10 +505,12 @@ def release(sr: str, resource: str | None, node: NodeInfo) -> NodePatch | None:
         part = partitioning.taint(sr, resource)
         if any(taint_matches(t, part["key"], part["value"]) for t in node.taints):
             remove.append((part["key"], part["value"]))
-    if not (keys or ann in node.annotations or remove):
-        return None
-    return NodePatch(
-        labels={k: None for k in keys},
-        annotations={ann: None} if ann in node.annotations else {},
-        remove_taints=tuple(remove),
+    patch = merge(
+        NodePatch(
+            labels={k: None for k in keys},
+            annotations={ann: None} if ann in node.annotations else {},
+            remove_taints=tuple(remove),
+        ),
+        release_upgrade(sr, node),
     )
+    return None if patch.empty else patch

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sro.api.names import NFD_PREFIX
+from sro.api.names import DRIVER_REVISION_LABEL, NFD_PREFIX
 from sro.api.specialresource import (
     DEVICE_PLUGIN,
     DEVICE_PLUGIN_VALIDATION,
@@ -28,9 +28,11 @@ from sro.api.specialresource import (
     FEATURE_DISCOVERY,
     MONITORING,
     RUNTIME,
+    driver_revision_label,
 )
 from sro.operator.observed import NodeInfo, PodInfo
 from sro.operator.rendering import Context, Term, decorate, render_state, short_hash, slug
+from sro.operator.upgrade import driver_revision
 
 KERNEL_LABEL = NFD_PREFIX + "kernel-version.full"
 OS_ID_LABEL = NFD_PREFIX + "system-os_release.ID"
@@ -134,7 +136,11 @@ def driver_image(ctx: Context, node: NodeInfo) -> str:
 
 
 class DriverState(DaemonSetState):
-    """One DaemonSet per kernel version (and driver image) among the selected nodes, `OnDelete`.
+    """One DaemonSet per kernel version (and driver image) among the selected nodes, `OnDelete`,
+    for the driver revision the spec asks for; each is gated on the node label
+    `sro.dev/<sr>.driver-revision`, which the upgrade machine (`sro.operator.upgrade`) moves from
+    one revision to the next node by node. The DaemonSets of older revisions are kept, unrendered,
+    while a node still runs them.
 
     A node whose kernel discovery has not published yet gets no driver: its row says so.
     """
@@ -153,20 +159,27 @@ class DriverState(DaemonSetState):
     def render(self, ctx: Context, nodes: Sequence[NodeInfo], gate: Sequence[Term]) -> list[dict[str, Any]]:
         assert self.component is not None
         objs: list[dict[str, Any]] = []
+        revision = driver_revision(ctx)
         for (kernel, image), _ in sorted(self.groups(ctx, nodes).items()):
-            name = ctx.object_name(self.name, f"{slug(kernel, 20)}-{short_hash(kernel, image, length=5)}")
+            digest = short_hash(kernel, image, revision, length=5)
+            name = ctx.object_name(self.name, f"{slug(kernel, 20)}-{digest}")
             values: dict[str, Any] = {
                 "name": name,
                 "driver_image": image,
                 "driver_mode": ctx.spec.driver.mode,
+                "driver_version": ctx.spec.driver.version,
             }
             if ctx.spec.driver.devices_config:
                 values["devices_config"] = ctx.spec.driver.devices_config
             docs = render_state(ctx, self.name, self.component, **values)
-            terms = [{**term, KERNEL_LABEL: kernel} for term in gate]
+            terms = [{**term, KERNEL_LABEL: kernel, driver_revision_label(ctx.sr): revision} for term in gate]
             for d in docs:
                 obj = decorate(d, ctx, self.name, terms)
-                obj["metadata"]["labels"]["sro.dev/kernel"] = slug(kernel, 63)
+                obj["metadata"]["labels"].update(
+                    {"sro.dev/kernel": slug(kernel, 63), DRIVER_REVISION_LABEL: revision}
+                )
+                if obj["kind"] == "DaemonSet":
+                    obj["spec"]["template"]["metadata"]["labels"][DRIVER_REVISION_LABEL] = revision
                 objs.append(obj)
         return objs
 
@@ -177,7 +190,9 @@ class DriverState(DaemonSetState):
                 "NoKernelLabel",
                 f"waiting for discovery to publish {KERNEL_LABEL} (is sro-discovery running on the node?)",
             )
-        return super().readiness(ctx, node, pods, now)
+        # only the pods of the revision the node is on count (the old one may still be stopping)
+        revision = node.labels.get(driver_revision_label(ctx.sr), "")
+        return super().readiness(ctx, node, [p for p in pods if p.revision == revision], now)
 
 
 class ValidationState(State):

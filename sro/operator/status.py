@@ -31,10 +31,12 @@ class NodeRow:
     failed: bool = False  # a failure rather than progress
     since: str = ""
     reached: Mapping[str, str] = field(default_factory=dict)
+    upgrade: Mapping[str, Any] | None = None  # a driver upgrade under way on the node
 
     def to_status(self) -> dict[str, Any]:
         if self.validated:
-            return {"name": self.name, "state": "validated", "since": self.since}
+            short = {"name": self.name, "state": "validated", "since": self.since}
+            return {**short, "upgrade": dict(self.upgrade)} if self.upgrade else short
         out: dict[str, Any] = {
             "name": self.name,
             "state": self.ready_states[-1] if self.ready_states else "",
@@ -45,6 +47,8 @@ class NodeRow:
         }
         if self.log:
             out["log"] = tail_bytes(self.log, LOG_LIMIT)
+        if self.upgrade:
+            out["upgrade"] = dict(self.upgrade)
         # lightkube sends "" as null, which the schema (rightly) refuses: leave empty fields out
         return {k: v for k, v in out.items() if v != ""}
 

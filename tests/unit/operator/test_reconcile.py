@@ -22,14 +22,16 @@ from sro.api.specialresource import (
     FEATURE_DISCOVERY,
     MONITORING,
     RUNTIME,
+    driver_revision_label,
     not_ready_taint,
     reached_annotation,
     state_label,
     validated_label,
 )
 from sro.operator.observed import NodeInfo, Observed, PodInfo, SpecialResourceInfo
-from sro.operator.reconcile import Plan, reconcile
+from sro.operator.reconcile import Context, Plan, parse_spec, reconcile, resolve_recipe
 from sro.operator.states import INPUTS_ANNOTATION, KERNEL_LABEL, STATES, ValidationState
+from sro.operator.upgrade import driver_revision
 
 NS = "sro-system"
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
@@ -47,10 +49,20 @@ def sr(
     )
 
 
+def context(the_sr: SpecialResourceInfo | None = None) -> Context:
+    the_sr = the_sr or sr()
+    spec = parse_spec(the_sr.name, the_sr.spec)
+    return Context(the_sr.name, the_sr.uid, spec, resolve_recipe(spec, None), NS, IMAGE)
+
+
+REV = driver_revision(context())  # the default spec's driver revision: the nodes below run it
+
+
 def node(name: str, kernel: str = "6.1.0-13-amd64", opt_in: bool = True, **labels: str) -> NodeInfo:
     all_labels = {"kubernetes.io/hostname": name, KERNEL_LABEL: kernel, **labels}
-    if opt_in:
+    if opt_in:  # a selected node, running the default driver revision
         all_labels[OPT_IN] = "true"
+        all_labels[driver_revision_label(SR)] = REV
     return NodeInfo(name=name, labels=all_labels)
 
 
@@ -62,6 +74,7 @@ def ready_pod(state: str, on: str, uid: str = "") -> PodInfo:
         uid=uid or f"{state}-{on}-uid",
         phase="Running",
         ready=True,
+        revision=REV if state == DRIVER else "",
     )
 
 
@@ -84,11 +97,8 @@ def validation_pod(
     plan_or_obs: Observed, vstate: str, on: str, phase: str = "Succeeded", **kw: Any
 ) -> PodInfo:
     """The validation pod the operator would have made for the current inputs, in `phase`."""
-    from sro.operator.reconcile import Context, parse_spec, resolve_recipe
-
     obs = plan_or_obs
-    spec = parse_spec(obs.sr.name, obs.sr.spec)
-    ctx = Context(obs.sr.name, obs.sr.uid, spec, resolve_recipe(spec, None), NS, IMAGE)
+    ctx = context(obs.sr)
     v = state(vstate)
     return PodInfo(
         name=v.pod_name(ctx, on),
@@ -321,6 +331,7 @@ def test_crash_looping_driver_fails_only_its_node() -> None:
         message="back-off 40s restarting failed container",
         restarts=4,
         log="modprobe: FATAL\n",
+        revision=REV,
     )
     plan = reconcile(observed([a, b], [crash, ready_pod(DRIVER, "b")]), NS, NOW)
     rows = {r.name: r for r in plan.rows}
@@ -535,6 +546,6 @@ def test_a_special_resource_named_like_its_recipe_never_touches_the_recipes_labe
     mine = sr(name="simulated-gpu")
     plan = reconcile(observed([a], the_sr=mine), NS, NOW)
     assert [r.name for r in plan.rows] == ["a"]
-    assert plan.node_patches["a"].labels == {}
+    assert set(plan.node_patches["a"].labels) == {driver_revision_label("simulated-gpu")}
     gone = reconcile(observed([node("b", opt_in=False, **{COUNT: "8"})], the_sr=mine), NS, NOW)
     assert "b" not in gone.node_patches

@@ -4,11 +4,15 @@ readings follow, `sro.devices.simreadings`). Thin: parsing and printing around `
 `driverstate`; every path is an option so the same commands work on a host and on a temp tree.
 
 `sro driver simulate --hold` is the payload of the driver DaemonSet: it installs, marks the driver
-ready, and removes it again when the pod stops, as a driver container loads and unloads its module."""
+ready, and removes it again when the pod stops, as a driver container loads and unloads its module;
+`--driver-version` installs another version than the config's (an upgrade replaces files and nodes).
+`sro driver holders` is the payload of the holder-scan pod of an upgrade (`sro.node.holders`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -16,7 +20,7 @@ from pathlib import Path
 import click
 import yaml
 
-from sro.api.recipes import SIMULATED_GPU
+from sro.api.recipes import BUILTIN, SIMULATED_GPU
 from sro.devices import driverstate, simconfig, simulated_driver
 from sro.devices.model import DeviceUUID, Inventory
 
@@ -39,6 +43,15 @@ def driver() -> None:
     """Drivers for special hardware (the simulated GPU driver)."""
 
 
+def _check_driver_version(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return simconfig.driver_version(value, where=repr(value))
+    except simconfig.SimConfigError as e:
+        raise click.BadParameter(str(e), ctx=ctx, param=param) from e
+
+
 @driver.command("simulate")
 @click.option(
     "--config", "config_path", type=click.Path(path_type=Path, dir_okay=False), help="Devices YAML."
@@ -49,6 +62,12 @@ def driver() -> None:
     "--proc-devices", type=click.Path(path_type=Path), default=Path("/proc/devices"), show_default=True
 )
 @click.option("--major", type=int, help="Character major to use (default: a free LOCAL/EXPERIMENTAL one).")
+@click.option(
+    "--driver-version",
+    callback=_check_driver_version,
+    help="Install this driver version instead of the config's driverVersion (installing another "
+    "version over an installed driver replaces its files and device nodes: an upgrade).",
+)
 @click.option("--remove", is_flag=True, help="Remove the device nodes and driver files instead.")
 @click.option(
     "--hold",
@@ -62,12 +81,15 @@ def simulate_driver(
     dev_root: Path,
     proc_devices: Path,
     major: int | None,
+    driver_version: str | None,
     remove: bool,
     hold: bool,
 ) -> None:
     """Install the SIMULATED GPU driver: device nodes, libraries, simgpu-smi and state files."""
     if remove and hold:
         raise click.UsageError("--hold installs and holds the driver; it does not go with --remove")
+    if remove and driver_version is not None:
+        raise click.UsageError("--driver-version is for installing; it does not go with --remove")
     if hold:
         # From here a stop signal waits for sigwait below, even one that comes during the install:
         # the driver is then installed completely and removed again, never left half-made.
@@ -84,6 +106,8 @@ def simulate_driver(
     try:
         doc = yaml.safe_load(config_path.read_text())
         inv = simconfig.parse(doc, device_node=SIMULATED_GPU.device_node)
+        if driver_version is not None:
+            inv = dataclasses.replace(inv, driver_version=driver_version)
         done = simulated_driver.install(inv, driver_root, dev_root, proc_devices.read_text(), major=major)
     except (OSError, yaml.YAMLError) as e:
         raise click.ClickException(f"{config_path}: {e}") from e
@@ -109,6 +133,99 @@ def _hold(driver_root: Path, dev_root: Path) -> None:
     click.echo(
         f"{signal.Signals(signum).name}: removed {len(removed)} simulated driver files and device nodes"
     )
+
+
+@driver.command("holders")
+@click.option("--recipe", "recipe_name", required=True, type=click.Choice(sorted(BUILTIN)))
+@click.option(
+    "--proc-root",
+    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    default=Path("/proc"),
+    show_default=True,
+)
+@click.option(
+    "--driver-root",
+    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    help="The driver's files (default: the recipe's driver root).",
+)
+@click.option(
+    "--dev-root",
+    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    default=Path("/dev"),
+    show_default=True,
+)
+@click.option(
+    "--termination-log",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Also write a one-line JSON summary here (at most 4 KiB: a pod's termination message).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def holders(
+    recipe_name: str,
+    proc_root: Path,
+    driver_root: Path | None,
+    dev_root: Path,
+    termination_log: Path | None,
+    as_json: bool,
+) -> None:
+    """List the processes that hold a driver: its device nodes open (O_PATH descriptors too) or its
+    libraries mapped. Reads other processes' /proc entries: run as root with CAP_SYS_PTRACE in the
+    host's PID namespace (the holder-scan pod of a driver upgrade).
+
+    \b
+    Exit codes:
+      0  nothing holds the driver
+      1  the scan could not run (the message says why)
+      3  something holds it (listed)
+      4  nothing found, but some processes could not be inspected
+    The summary for --termination-log: {"holders":[{"pid":N,"command":"..","holds":"/dev/x, libx.so.1",
+    "podUID":".."}],"more":N,"unreadable":[pids]} (podUID, more, unreadable only when there are any).
+    """
+    from sro.api import holders as contract
+    from sro.node import holders as scanning
+
+    recipe = BUILTIN[recipe_name]
+    root = str(driver_root if driver_root is not None else recipe.driver_root)
+    targets = scanning.targets_for(recipe, root, str(dev_root))
+    try:
+        found = scanning.scan(str(proc_root), targets, skip={os.getpid()})
+    except OSError as e:
+        raise click.ClickException(f"--proc-root {proc_root}: cannot list processes: {e}") from e
+    summary = contract.Summary(found.holders, unreadable=found.unreadable)
+    if termination_log is not None:
+        message = contract.to_message(found.holders, found.unreadable)
+        try:
+            termination_log.write_text(message + "\n")
+        except OSError as e:
+            raise click.ClickException(f"--termination-log {termination_log}: {e}") from e
+    if as_json:
+        doc = {
+            "recipe": recipe.name,
+            "holders": [
+                {"pid": h.pid, "command": h.command, "holds": list(h.holds), "podUID": h.pod_uid or None}
+                for h in found.holders
+            ],
+            "unreadable": list(found.unreadable),
+        }
+        click.echo(json.dumps(doc, indent=2))
+    elif found.holders:
+        rows = [("PID", "POD", "HOLDS", "COMMAND")]
+        rows += [(str(h.pid), h.pod_uid or "-", ", ".join(h.holds), h.command) for h in found.holders]
+        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        for r in rows:
+            click.echo("  ".join(c.ljust(w) for c, w in zip(r[:3], widths, strict=True)) + "  " + r[3])
+    else:
+        click.echo(f"nothing holds the {recipe.name} driver's devices or libraries")
+    if not targets.found_on_node:
+        click.echo(
+            f"note: found no {recipe.name} device nodes or libraries under {root} and {dev_root}", err=True
+        )
+    if found.unreadable:
+        click.echo(f"{len(found.unreadable)} processes could not be inspected:", err=True)
+        for pid in found.unreadable[:10]:
+            click.echo(f"  {pid}  {scanning.command_of(str(proc_root), pid)[:100]}", err=True)
+        click.echo("(run as root with CAP_SYS_PTRACE, in the host's PID namespace)", err=True)
+    sys.exit(summary.exit_code)
 
 
 @click.group("simulate")

@@ -33,6 +33,10 @@ DEFAULTS: Mapping[str, Any] = {
     "computeCapability": "8.0",
 }
 MAX_DEVICES = 64
+# A driver version is also a node label value (discovery, the operator's upgrade) and goes verbatim
+# into the `simgpu-smi` shell script: so exactly a label value's syntax, 1-63 characters of
+# [0-9A-Za-z._-], alphanumeric at both ends.
+DRIVER_VERSION = re.compile(r"^[0-9A-Za-z]([0-9A-Za-z._-]{0,61}[0-9A-Za-z])?$")
 
 
 class SimConfigError(ValueError):
@@ -49,6 +53,17 @@ def _str(value: Any, where: str) -> str:
     if not isinstance(value, str | int | float) or isinstance(value, bool) or str(value) == "":
         raise SimConfigError(f"{where}: expected a non-empty string, got {value!r}")
     return str(value)
+
+
+def driver_version(value: Any, where: str = "driverVersion") -> str:
+    """`value` as a driver version, or SimConfigError naming `where` and the rule it breaks."""
+    text = _str(value, where)
+    if not DRIVER_VERSION.fullmatch(text):
+        raise SimConfigError(
+            f"{where}: {text!r} is not a driver version: 1-63 characters of 0-9 A-Z a-z . _ -, "
+            "starting and ending with a letter or digit"
+        )
+    return text
 
 
 def _list(doc: Mapping[str, Any], key: str, where: str) -> list[Any]:
@@ -210,6 +225,6 @@ def parse(doc: Any, device_node: str = "/dev/sro-simgpu{index}", minor_base: int
     return Inventory(
         backend="simulated",
         devices=tuple(devices),
-        driver_version=_str(doc.get("driverVersion", "0.0-simulated"), "driverVersion"),
+        driver_version=driver_version(doc.get("driverVersion", "0.0-simulated")),
         simulated=True,
     )

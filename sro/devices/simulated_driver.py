@@ -85,11 +85,12 @@ def _host_path(dev_root: Path, node: str) -> Path:
     return dev_root / rel
 
 
-def _mknod(path: Path, major: int, minor: int) -> None:
+def _mknod(path: Path, major: int, minor: int, fresh: bool = False) -> None:
+    """A char node `major:minor` at `path`; an existing right one is kept unless `fresh`."""
     want = os.makedev(major, minor)
     try:
         st = path.lstat()
-        if stat.S_ISCHR(st.st_mode) and st.st_rdev == want:
+        if stat.S_ISCHR(st.st_mode) and st.st_rdev == want and not fresh:
             os.chmod(path, 0o666)
             return
         path.unlink()
@@ -104,7 +105,13 @@ def _mknod(path: Path, major: int, minor: int) -> None:
 
 
 def smi_script(inv: Inventory, recipe: Recipe, driver_root: str) -> str:
-    """A busybox-sh `simgpu-smi` that lists the devices (filtered by the visible-devices env var)."""
+    """A busybox-sh `simgpu-smi` that lists the devices (filtered by the visible-devices env var).
+
+    The driver version is written into the script (its header line, and `--version` in
+    nvidia-smi's format): a container gets this file bind-mounted from the driver root, so what it
+    prints is the version of the driver that was installed when the container started, which is
+    what a workload running across an upgrade has to be able to tell.
+    """
     env = recipe.visible_devices_env
     rows = "\n".join(
         f"show {d.index} {shlex.quote(d.uuid)} {d.memory_mib} {shlex.quote(d.pci_bus_id)} {shlex.quote(d.product)}"
@@ -119,6 +126,11 @@ if [ -z "$root" ]; then
 fi
 faults="$root/{SIMULATED_FAULTS}"
 visible="${{{env}-all}}"
+if [ "$1" = "--version" ]; then
+  echo "simgpu-smi version : {inv.driver_version} (SIMULATED)"
+  echo "DRIVER version     : {inv.driver_version}"
+  exit 0
+fi
 list=0
 [ "$1" = "-L" ] && list=1
 [ "$list" = 1 ] || echo "simgpu-smi: SIMULATED devices, driver {inv.driver_version}"
@@ -158,21 +170,27 @@ def install(
     Idempotent: running it again with the same description keeps the same major and UUIDs.
     """
     previous = None
-    with contextlib.suppress(FileNotFoundError, ValueError, KeyError):
-        previous = int(json.loads((driver_root / SIMULATED_DEVICE_LIST).read_text())["major"])
+    previous_version = None
+    with contextlib.suppress(FileNotFoundError, ValueError, KeyError, TypeError):
+        before = json.loads((driver_root / SIMULATED_DEVICE_LIST).read_text())
+        previous_version = before.get("driverVersion")
+        previous = int(before["major"])
     chosen = major if major is not None else pick_major(proc_devices_text, previous)
     if major is not None and major in used_majors(proc_devices_text):
         raise SimulatedDriverError(f"--major {major}: a kernel driver already owns it (see /proc/devices)")
     inv = replace(inv, control_nodes=recipe.control_nodes)
+    # Another version over an installed driver is a driver upgrade: like a module reload, it gives
+    # new device nodes (new inodes; a process holding an old one keeps the old one) and new files.
+    fresh = previous_version is not None and previous_version != inv.driver_version
 
     nodes = []
     for d in inv.devices:
         path = _host_path(dev_root, d.device_node)
-        _mknod(path, chosen, d.minor)
+        _mknod(path, chosen, d.minor, fresh)
         nodes.append(path)
     for ctl in recipe.control_nodes:
         path = _host_path(dev_root, ctl)
-        _mknod(path, chosen, CONTROL_MINOR)
+        _mknod(path, chosen, CONTROL_MINOR, fresh)
         nodes.append(path)
 
     visible_root = container_driver_root or recipe.driver_root

@@ -1,0 +1,294 @@
+"""Which processes on this node hold a driver: its device nodes open, or its libraries mapped.
+
+Why: a driver can only be replaced once nothing uses it. The operator drains the node, then runs
+`sro driver holders` there (the holder-scan pod, `sro/manifests/upgrade`) to learn whether anything
+still holds the driver, and names what does. Like `lsof`/`fuser`, from /proc:
+
+- an open file descriptor (`/proc/<pid>/fd/*`, stat()ed through the magic link, so O_PATH
+  descriptors count too) that is a character device with one of the driver's device numbers; for a
+  simulated driver the exact (major, minor) of its device and control nodes, from its devices.json
+  and the nodes under the dev root; for real hardware every minor of the majors its nodes use
+  (nvidia, nvidia-uvm, nvidia-caps: one driver each);
+- a mapping (`/proc/<pid>/maps`) of one of the recipe's libraries: by file name against its globs
+  (what a container sees under its own path, and a file an upgrade already replaced, shown
+  `(deleted)`) or by the inode of the files under the driver root.
+
+The parsing is pure (tests feed it text); the reading takes the proc root, driver root and dev root
+as parameters, so tests point them at fake trees. A process that exits mid-scan is skipped; one that
+cannot be inspected (permissions) is counted, because a scan that could not look is not a clean one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import re
+import stat
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from sro.api.holders import Holder
+from sro.api.recipes import SIMULATED_DEVICE_LIST, Recipe
+from sro.node.runtime import driverfiles, namematch
+
+_GONE = (errno.ENOENT, errno.ESRCH)
+_NOT_FILES = ("socket:", "pipe:", "anon_inode:")  # fd link texts that cannot be device nodes
+# kubelet's pod cgroups: ".../pod<uid>/<container>" (cgroupfs) or "...-pod<uid_with_underscores>.slice"
+# (systemd); a static pod's uid is a 32-digit hash without dashes.
+_POD_UID = re.compile(
+    r"pod([0-9a-f]{8}[-_]?[0-9a-f]{4}[-_]?[0-9a-f]{4}[-_]?[0-9a-f]{4}[-_]?[0-9a-f]{12})(?![0-9a-f])"
+)
+
+
+@dataclass(frozen=True)
+class Targets:
+    """What counts as holding the driver, with the name each is shown by."""
+
+    devices: Mapping[tuple[int, int], str] = field(default_factory=dict)  # (major, minor) -> node
+    majors: Mapping[int, str] = field(default_factory=dict)  # any minor of these majors -> a node
+    library_globs: tuple[str, ...] = ()
+    library_files: Mapping[tuple[int, int], str] = field(default_factory=dict)  # (st_dev, st_ino) -> name
+
+    def device(self, rdev: int) -> str | None:
+        major, minor = os.major(rdev), os.minor(rdev)
+        return self.devices.get((major, minor)) or self.majors.get(major)
+
+    def library(self, mapping: FileMapping) -> str | None:
+        name = os.path.basename(mapping.path)
+        if mapping.inode and (mapping.dev, mapping.inode) in self.library_files:
+            return self.library_files[mapping.dev, mapping.inode]
+        if name and any(namematch.match(name, g) for g in self.library_globs):
+            return name
+        return None
+
+    @property
+    def found_on_node(self) -> bool:
+        """Whether any device node or library file of the driver was found (globs always match)."""
+        return bool(self.devices or self.majors or self.library_files)
+
+
+@dataclass(frozen=True)
+class FileMapping:
+    """One line of /proc/<pid>/maps that maps a file."""
+
+    dev: int  # os.makedev(major, minor) of the file's filesystem
+    inode: int
+    path: str  # without a trailing " (deleted)"
+
+
+@dataclass(frozen=True)
+class Scan:
+    holders: tuple[Holder, ...]
+    unreadable: tuple[int, ...]  # pids that could not be inspected
+
+
+# --- pure parsing -----------------------------------------------------------------------------
+
+
+def parse_maps(text: str) -> Iterator[FileMapping]:
+    """The file mappings of a maps file (anonymous and special ones like [heap] are left out)."""
+    for line in text.splitlines():
+        parts = line.split(maxsplit=5)
+        if len(parts) < 6 or not parts[5].startswith("/"):
+            continue
+        try:
+            major, minor = (int(x, 16) for x in parts[3].split(":"))
+            inode = int(parts[4])
+        except ValueError:
+            continue
+        path = parts[5].removesuffix(" (deleted)")
+        yield FileMapping(os.makedev(major, minor), inode, path)
+
+
+def mapped_libraries(maps_text: str, targets: Targets) -> list[str]:
+    """The recipe's libraries a maps file maps, each once, in order of appearance."""
+    found: dict[str, None] = {}
+    for m in parse_maps(maps_text):
+        name = targets.library(m)
+        if name is not None:
+            found.setdefault(name)
+    return list(found)
+
+
+def command_line(cmdline: bytes, comm: str = "") -> str:
+    """/proc/<pid>/cmdline as one line (`[comm]` for a process without one, as ps shows them)."""
+    args = [a.decode(errors="replace") for a in cmdline.split(b"\0")]
+    while args and not args[-1]:
+        args.pop()
+    text = " ".join(args).replace("\n", " ").strip()
+    return text or f"[{comm.strip()}]"
+
+
+def pod_uid(cgroup_text: str) -> str:
+    """The Kubernetes pod uid in a /proc/<pid>/cgroup, or "" for a process outside any pod."""
+    m = _POD_UID.search(cgroup_text)
+    if m is None:
+        return ""
+    return m.group(1).replace("_", "-")
+
+
+def simulated_devices(doc: object) -> dict[tuple[int, int], str]:
+    """(major, minor) -> node of a simulated driver's devices.json document (partial ones too)."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("major"), int):
+        return {}
+    major = doc["major"]
+    out: dict[tuple[int, int], str] = {}
+    entries = [(d, "deviceNode") for d in doc.get("devices") or []]
+    entries += [(c, "path") for c in doc.get("controlNodes") or []]
+    for entry, key in entries:
+        if isinstance(entry, dict) and isinstance(entry.get("minor"), int):
+            out[major, entry["minor"]] = str(entry.get(key) or f"char {major}:{entry['minor']}")
+    return out
+
+
+# --- reading the node -------------------------------------------------------------------------
+
+
+def targets_for(recipe: Recipe, driver_root: str, dev_root: str) -> Targets:
+    """What holding `recipe`'s driver means on this node (its files under the two roots)."""
+    devices: dict[tuple[int, int], str] = {}
+    majors: dict[int, str] = {}
+    if recipe.simulated:
+        with (
+            contextlib.suppress(OSError, ValueError),
+            open(os.path.join(driver_root, SIMULATED_DEVICE_LIST)) as f,
+        ):
+            devices.update(simulated_devices(json.load(f)))
+    nodes = [*driverfiles.find_devices(recipe, dev_root), *driverfiles.find_control_nodes(recipe, dev_root)]
+    for node in nodes:
+        if recipe.simulated:
+            devices.setdefault((node.major, node.minor), node.path)
+        else:
+            majors.setdefault(node.major, node.path)
+    if not recipe.simulated:
+        for path, rdev in _family_nodes(recipe, dev_root):
+            majors.setdefault(os.major(rdev), path)
+    globs = tuple(g for group in recipe.libraries.values() for g in group)
+    files: dict[tuple[int, int], str] = {}
+    for lib in driverfiles.find_libraries(driver_root, globs, set()):
+        with contextlib.suppress(OSError):
+            st = os.stat(lib.host_path)
+            files[st.st_dev, st.st_ino] = os.path.basename(lib.container_path)
+    return Targets(devices, majors, globs, files)
+
+
+def _family_nodes(recipe: Recipe, dev_root: str) -> Iterator[tuple[str, int]]:
+    """Char nodes named like the recipe's (`/dev/nvidia*`, and inside `/dev/nvidia-caps/`)."""
+    pattern = os.path.basename(recipe.device_node)
+    prefix = pattern.split("{", 1)[0]
+    if not prefix:
+        return
+    container_dir = os.path.dirname(recipe.device_node)
+    host_dir = driverfiles.dev_path(dev_root, container_dir)
+    for name in _listdir(host_dir):
+        if not name.startswith(prefix):
+            continue
+        path = os.path.join(host_dir, name)
+        yield from _char(path, f"{container_dir}/{name}")
+        if os.path.isdir(path) and not os.path.islink(path):
+            for sub in _listdir(path):
+                yield from _char(os.path.join(path, sub), f"{container_dir}/{name}/{sub}")
+
+
+def _char(path: str, shown: str) -> Iterator[tuple[str, int]]:
+    with contextlib.suppress(OSError):
+        st = os.lstat(path)
+        if stat.S_ISCHR(st.st_mode):
+            yield shown, st.st_rdev
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+class _Unreadable(Exception):
+    """This process exists but cannot be inspected."""
+
+
+def _gone(e: OSError) -> bool:
+    return e.errno in _GONE
+
+
+def held_devices(proc_root: str, pid: int, targets: Targets) -> list[str]:
+    """The driver's device nodes `pid` has descriptors of (O_PATH ones included)."""
+    fd_dir = os.path.join(proc_root, str(pid), "fd")
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError as e:
+        if _gone(e):
+            return []
+        raise _Unreadable from e
+    found: dict[str, None] = {}
+    for fd in fds:
+        link = os.path.join(fd_dir, fd)
+        try:
+            if os.readlink(link).startswith(_NOT_FILES):
+                continue
+            st = os.stat(link)  # through the magic link: the open file itself, not a path lookup
+        except OSError as e:
+            if e.errno in (errno.EACCES, errno.EPERM):
+                raise _Unreadable from e
+            continue  # closed since listdir, or a file that cannot be stat()ed: not a device
+        if stat.S_ISCHR(st.st_mode):
+            name = targets.device(st.st_rdev)
+            if name is not None:
+                found.setdefault(name)
+    return list(found)
+
+
+def held_libraries(proc_root: str, pid: int, targets: Targets) -> list[str]:
+    """The recipe's libraries `pid` maps."""
+    try:
+        with open(os.path.join(proc_root, str(pid), "maps"), encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError as e:
+        if _gone(e):
+            return []
+        raise _Unreadable from e
+    return mapped_libraries(text, targets)
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def command_of(proc_root: str, pid: int) -> str:
+    """The command line of `pid` (cmdline and comm are readable for every process)."""
+    base = os.path.join(proc_root, str(pid))
+    return command_line(_read(f"{base}/cmdline"), _read(f"{base}/comm").decode(errors="replace"))
+
+
+def pids(proc_root: str) -> list[int]:
+    """The processes under `proc_root`; OSError when it cannot be listed (no /proc there)."""
+    return sorted(int(n) for n in os.listdir(proc_root) if n.isdigit())
+
+
+def scan(proc_root: str, targets: Targets, skip: Iterable[int] = ()) -> Scan:
+    """Every process under `proc_root` (but `skip`) holding one of `targets`."""
+    skipped = set(skip)
+    holders: list[Holder] = []
+    unreadable: list[int] = []
+    for pid in pids(proc_root):
+        if pid in skipped:
+            continue
+        try:
+            holds = held_devices(proc_root, pid, targets) if targets.devices or targets.majors else []
+            holds += held_libraries(proc_root, pid, targets)
+        except _Unreadable:
+            if os.path.isdir(os.path.join(proc_root, str(pid))):
+                unreadable.append(pid)
+            continue
+        if not holds:
+            continue
+        uid = pod_uid(_read(os.path.join(proc_root, str(pid), "cgroup")).decode(errors="replace"))
+        holders.append(Holder(pid, command_of(proc_root, pid), tuple(holds), uid))
+    return Scan(tuple(holders), tuple(unreadable))

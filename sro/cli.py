@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
 from typing import Any
 
@@ -145,10 +146,13 @@ def environment_error(e: BaseException) -> str | None:
         if message is not None:
             return message
     if isinstance(e, OSError):
+        what = e.strerror or " ".join(str(e).split()) or type(e).__name__
+        if isinstance(e, PermissionError):
+            what += f" (running as uid {os.geteuid()})"
         if e.filename is None:
-            return " ".join(str(e).split())
+            return what
         other = f" -> {e.filename2}" if e.filename2 is not None else ""
-        return f"{e.filename}{other}: {e.strerror or type(e).__name__}"
+        return f"{e.filename}{other}: {what}"
     return None
 
 

@@ -21,6 +21,7 @@ import click
 import yaml
 
 from sro.api.recipes import BUILTIN, SIMULATED_GPU
+from sro.api.yamltext import yaml_error
 from sro.devices import driverstate, simconfig, simulated_driver
 from sro.devices.model import DeviceUUID, Inventory
 
@@ -106,13 +107,25 @@ def simulate_driver(
     try:
         doc = yaml.safe_load(config_path.read_text())
         inv = simconfig.parse(doc, device_node=SIMULATED_GPU.device_node)
-        if driver_version is not None:
-            inv = dataclasses.replace(inv, driver_version=driver_version)
-        done = simulated_driver.install(inv, driver_root, dev_root, proc_devices.read_text(), major=major)
-    except (OSError, yaml.YAMLError) as e:
+    except OSError as e:
+        raise click.ClickException(f"{config_path}: cannot read: {e.strerror}") from e
+    except yaml.YAMLError as e:
+        raise click.ClickException(f"{config_path}: not YAML: {yaml_error(e)}") from e
+    except simconfig.SimConfigError as e:
         raise click.ClickException(f"{config_path}: {e}") from e
-    except (simconfig.SimConfigError, simulated_driver.SimulatedDriverError) as e:
-        raise click.ClickException(f"{config_path}: {e}") from e
+    if driver_version is not None:
+        inv = dataclasses.replace(inv, driver_version=driver_version)
+    try:
+        known = proc_devices.read_text()
+    except OSError as e:
+        raise click.ClickException(f"--proc-devices {proc_devices}: cannot read: {e.strerror}") from e
+    try:
+        done = simulated_driver.install(inv, driver_root, dev_root, known, major=major)
+    except simulated_driver.SimulatedDriverError as e:
+        raise click.ClickException(str(e)) from e
+    except OSError as e:  # the driver root or dev root: not a directory, no permission, ...
+        where = f"{e.filename}: " if e.filename else ""
+        raise click.ClickException(f"cannot install the simulated driver: {where}{e.strerror or e}") from e
     click.echo(
         f"simulated driver {inv.driver_version}: {len(inv.devices)} SIMULATED devices, char major {done.major}"
     )

@@ -24,6 +24,7 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
 from sro.api.names import FIELD_MANAGER, GROUP, KIND, PLURAL, VERSION
+from sro.kube.client import describe_error
 
 SpecialResource = create_global_resource(GROUP, VERSION, KIND, PLURAL)
 Errors = (ApiError, httpx.HTTPError, OSError)
@@ -52,7 +53,7 @@ def _error(action: str, what: str, e: Exception) -> KubeError:
         )
     if isinstance(e, httpx.HTTPStatusError):
         return KubeError(f"{action} {what}: {e.response.status_code} {e.response.reason_phrase}")
-    return KubeError(f"{action} {what}: API server unreachable ({type(e).__name__}: {e})")
+    return KubeError(f"{action} {what}: {describe_error(e) or f'{type(e).__name__}: {e}'}")
 
 
 def _dict(obj: Any) -> dict[str, Any]:

@@ -1,8 +1,13 @@
-"""One way to get a Kubernetes client, in-cluster or from a kubeconfig.
+"""One way to get a Kubernetes client, in-cluster or from a kubeconfig, and one way to say in a line
+why the API could not be used.
 
 Why lightkube: typed models for every core resource, an asyncio client and a sync one with the same
 API, server-side apply built in (`client.apply(obj, field_manager=...)`), and a small dependency tree
 that keeps the node agents' memory low. kopf (the operator) brings its own API access.
+
+Why `KubeConfigError` is a click error: every caller is a command, and a missing or malformed
+kubeconfig is the user's input to fix, so a command that lets it through still ends in one line
+(`Error: kubeconfig ...: no such file; give --kubeconfig ...`, exit 1), never a traceback.
 """
 
 from __future__ import annotations
@@ -10,30 +15,87 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import click
 import httpx
-from lightkube import AsyncClient, Client
+import yaml
+from lightkube import ApiError, AsyncClient, Client
 from lightkube.config.kubeconfig import KubeConfig
+from lightkube.core.exceptions import ConfigError
 
 from sro.api.names import FIELD_MANAGER
+from sro.api.yamltext import yaml_error
 
 IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+HINT = 'give --kubeconfig FILE or set $KUBECONFIG (the local cluster: eval "$(sro local env)")'
+
+
+class KubeConfigError(click.ClickException):
+    """No usable kubeconfig; the message names the file, what is wrong with it and what to do."""
 
 
 def kube_config(kubeconfig: str | os.PathLike[str] | None = None) -> KubeConfig:
     """The explicit kubeconfig, else $KUBECONFIG, else the pod's service account, else ~/.kube/config."""
     path = kubeconfig or os.environ.get("KUBECONFIG")
-    if path:
-        return KubeConfig.from_file(str(path))
-    if IN_CLUSTER_TOKEN.exists():
-        return KubeConfig.from_service_account()
-    return KubeConfig.from_file(str(Path.home() / ".kube" / "config"))
+    if not path and IN_CLUSTER_TOKEN.exists():
+        try:
+            return KubeConfig.from_service_account()
+        except Exception as e:
+            raise KubeConfigError(f"the pod's service account: {_one_line(e)}") from e
+    where = Path(path) if path else Path.home() / ".kube" / "config"
+    if not where.exists():
+        if path:
+            raise KubeConfigError(f"kubeconfig {where}: no such file; {HINT}")
+        raise KubeConfigError(f"no kubeconfig: $KUBECONFIG is not set, not in a pod, no {where}; {HINT}")
+    try:
+        return KubeConfig.from_file(str(where))
+    except OSError as e:
+        raise KubeConfigError(f"kubeconfig {where}: cannot read: {e.strerror}; {HINT}") from e
+    except yaml.YAMLError as e:
+        raise KubeConfigError(f"kubeconfig {where}: not YAML ({yaml_error(e)}); {HINT}") from e
+    except ConfigError as e:
+        raise KubeConfigError(f"kubeconfig {where}: {e}; {HINT}") from e
+    except Exception as e:  # lightkube reads the document without checking its shape
+        raise KubeConfigError(
+            f"kubeconfig {where}: not a kubeconfig (a mapping of clusters, users and contexts "
+            f"expected; {type(e).__name__}: {e}); {HINT}"
+        ) from e
 
 
 def sync_client(kubeconfig: str | os.PathLike[str] | None = None, timeout: float = 30) -> Client:
-    return Client(config=kube_config(kubeconfig), field_manager=FIELD_MANAGER, timeout=httpx.Timeout(timeout))
+    config = kube_config(kubeconfig)
+    try:
+        return Client(config=config, field_manager=FIELD_MANAGER, timeout=httpx.Timeout(timeout))
+    except (ConfigError, OSError, ValueError) as e:  # no such context, a certificate file missing
+        raise KubeConfigError(f"kubeconfig {config.fname or 'in-cluster'}: {_one_line(e)}; {HINT}") from e
 
 
 def async_client(kubeconfig: str | os.PathLike[str] | None = None, timeout: float = 30) -> AsyncClient:
-    return AsyncClient(
-        config=kube_config(kubeconfig), field_manager=FIELD_MANAGER, timeout=httpx.Timeout(timeout)
-    )
+    config = kube_config(kubeconfig)
+    try:
+        return AsyncClient(config=config, field_manager=FIELD_MANAGER, timeout=httpx.Timeout(timeout))
+    except (ConfigError, OSError, ValueError) as e:
+        raise KubeConfigError(f"kubeconfig {config.fname or 'in-cluster'}: {_one_line(e)}; {HINT}") from e
+
+
+def describe_error(e: BaseException) -> str | None:
+    """One line for an error of the API (config, connection, refusal), or None for any other error."""
+    if isinstance(e, ConfigError):
+        return f"kubeconfig: {_one_line(e)}; {HINT}"
+    if isinstance(e, ApiError):
+        status = e.status
+        return f"the API server refused: {status.code} {status.reason or ''}: {status.message or ''}"
+    if isinstance(e, httpx.HTTPStatusError):
+        return f"{e.request.url}: {e.response.status_code} {e.response.reason_phrase}"
+    if isinstance(e, httpx.HTTPError):
+        try:
+            url = e.request.url
+            where = f"{url.scheme}://{url.host}:{url.port or ''}"
+        except RuntimeError:  # no request attached
+            where = "(unknown)"
+        why = _one_line(e) or type(e).__name__
+        return f"API server {where} unreachable ({why}); is the cluster up? (--kubeconfig, $KUBECONFIG)"
+    return None
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())

@@ -21,6 +21,8 @@ from lightkube import ApiError, AsyncClient, codecs
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.types import PatchType
 
+from sro.kube.client import describe_error
+
 log = logging.getLogger(__name__)
 Errors = (ApiError, httpx.HTTPError, OSError)
 
@@ -67,6 +69,7 @@ class LeaderElection:
     ) -> None:
         self.client, self.namespace, self.name, self.identity = client, namespace, name, identity
         self.duration, self.renew = duration, renew
+        self.failure: str | None = None  # why the last attempt failed (None: it reached the API)
 
     async def _read(self) -> LeaseView | None:
         try:
@@ -102,6 +105,7 @@ class LeaderElection:
         now = _now()
         try:
             view = await self._read()
+            self._failed(None)
             if view is None:
                 body = {
                     "apiVersion": "coordination.k8s.io/v1",
@@ -122,14 +126,22 @@ class LeaderElection:
             )
             return True
         except Errors as e:
-            log.info("leader election: attempt failed (%s)", e)
+            self._failed(describe_error(e) or f"{type(e).__name__}: {e}")
             return False
+
+    def _failed(self, why: str | None) -> None:
+        """Say once why attempts fail (and again when the reason changes), not every few seconds."""
+        if why is not None and why != self.failure:
+            log.warning("leader election: cannot reach the lease (retrying): %s", why)
+        elif why is not None:
+            log.debug("leader election: attempt failed: %s", why)
+        self.failure = why
 
     async def acquire(self) -> None:
         """Wait until this replica leads."""
         waited = False
         while not await self.try_acquire():
-            if not waited:
+            if not waited and self.failure is None:
                 log.warning("standing by: another replica holds lease %s/%s", self.namespace, self.name)
                 waited = True
             await asyncio.sleep(self.renew / 2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from contextlib import AbstractContextManager
 
@@ -24,7 +25,8 @@ def steps(title: str) -> AbstractContextManager[Progress]:
 
 
 @click.group()
-def local() -> None:
+@click.pass_context
+def local(ctx: click.Context) -> None:
     """A real single-node Kubernetes on this machine (needs root).
 
     Built from Debian's own packages: etcd, containerd, runc and CNI plugins from the archive; the
@@ -32,6 +34,11 @@ def local() -> None:
     per machine, cached under /var/cache/sro). TLS with a generated CA, RBAC, and the admission plugins
     ExtendedResourceToleration, ResourceQuota, Priority and NodeRestriction are on.
     """
+    # the daemons, mounts and state are root's: say so before touching any of it (`env` only prints)
+    if ctx.invoked_subcommand != "env" and os.geteuid() != 0:
+        raise click.ClickException(
+            f"sro local {ctx.invoked_subcommand} needs root (running as uid {os.geteuid()})"
+        )
 
 
 @local.command()

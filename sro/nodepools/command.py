@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 import click
 import yaml
 
+from sro.api.yamltext import yaml_error
 from sro.nodepools.generating import SOURCE_KINDS, Kind, generate, merge_cluster_autoscaler, to_yaml
 from sro.nodepools.instancetypes import INSTANCE_TYPES, PROVIDERS
 from sro.nodepools.pool import Pool
@@ -135,7 +136,7 @@ def _load_file(path: Path) -> list[Any]:
     try:
         return documents(yaml.safe_load_all(path.read_text()))
     except yaml.YAMLError as e:
-        raise NodepoolError("--from-file", f"{path}: not YAML/JSON: {e}") from e
+        raise NodepoolError("--from-file", f"{path}: not YAML/JSON: {yaml_error(e)}") from e
 
 
 def _apply(pool: Pool, client: Any) -> None:

@@ -325,19 +325,24 @@ def test_missing_driver_is_retried(
     plugin_dir = tmp_path / "device-plugins"
     plugin_dir.mkdir()
     absent = tmp_path / "not-yet"
-    p = Plugin(SIMULATED_GPU, SimulatedBackend(absent, 0.02), plugin_dir, poll=0.05)
+    ready = tmp_path / "ready"
+    p = Plugin(SIMULATED_GPU, SimulatedBackend(absent, 0.02), plugin_dir, poll=0.05, ready_file=ready)
     p._next_load = 0.0
     running = Running(p)
     kubelet = FakeKubelet(plugin_dir)
     try:
         wait_until(lambda: "sro driver simulate" in caplog.text)
-        assert not kubelet.requests
+        time.sleep(2.5)  # a second try (every 2 s) says nothing new: one line while it waits
+        assert caplog.text.count("cannot read the simulated inventory") == 1, caplog.text
+        assert not kubelet.requests and not ready.exists()  # the pod is not Ready meanwhile
         absent.mkdir()
         (absent / "devices.json").write_text((driver_root / "devices.json").read_text())
         wait_until(lambda: kubelet.requests, timeout=10)
+        wait_until(ready.exists)
     finally:
         running.close()
         kubelet.stop()
+    assert not ready.exists()  # stopped: not ready
 
 
 @pytest.mark.gpu

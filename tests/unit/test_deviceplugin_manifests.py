@@ -61,3 +61,16 @@ def test_runtime_class_for_nvml() -> None:
     assert pod["runtimeClassName"] == "sro"
     assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"} in pod["containers"][0]["env"]
     assert "runtimeClassName" not in _objects(recipe="simulated-gpu")["DaemonSet"]["spec"]["template"]["spec"]
+
+
+def test_not_ready_until_registered() -> None:
+    """The readiness probe tests the file the plugin keeps while it is registered (not before its
+    driver is there), in a pod-local directory: a host path would outlive the pod."""
+    pod = _objects(recipe="simulated-gpu")["DaemonSet"]["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    (flag,) = [a for a in c["command"] if a.startswith("--ready-file=")]
+    ready = flag.split("=", 1)[1]
+    assert c["readinessProbe"]["exec"]["command"] == ["test", "-f", ready]
+    (mount,) = [m for m in c["volumeMounts"] if ready.startswith(m["mountPath"] + "/")]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert "emptyDir" in volume

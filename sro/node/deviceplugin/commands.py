@@ -15,9 +15,8 @@ from pathlib import Path
 from types import FrameType
 
 import click
-import yaml
 
-from sro.api.recipes import BUILTIN, RecipeError, recipe_from_dict
+from sro.api.recipes import BUILTIN, RecipeError, recipe_from_file
 from sro.devices import open_backend
 from sro.devices.health import HealthTracker
 from sro.node.deviceplugin import resources
@@ -45,6 +44,11 @@ BACKEND_RETRY = 10.0
 @click.option(
     "--driver-root", type=click.Path(path_type=Path), help="Where this process sees the driver root."
 )
+@click.option(
+    "--ready-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Exists while every resource is registered with the kubelet (a readiness probe tests it).",
+)
 @click.option("--oneshot", is_flag=True, help="Print what would be announced as JSON and exit.")
 def device_plugin(
     recipe_name: str,
@@ -53,15 +57,21 @@ def device_plugin(
     resource_name: str | None,
     plugin_dir: Path,
     driver_root: Path | None,
+    ready_file: Path | None,
     oneshot: bool,
 ) -> None:
-    """Serve the kubelet device-plugin API (v1beta1) for a recipe's devices."""
+    """Serve the kubelet device-plugin API (v1beta1) for a recipe's devices.
+
+    Started before its driver (a DaemonSet next to the driver's), it waits for it, saying so once
+    in the log and retrying, and is not ready (--ready-file absent) until it has registered its
+    resources with the kubelet. With --oneshot, no driver is an error (exit 1).
+    """
     recipe = BUILTIN[recipe_name]
     if recipe_file is not None:
         try:
-            recipe = recipe_from_dict(yaml.safe_load(recipe_file.read_text()))
-        except (OSError, yaml.YAMLError, RecipeError) as e:
-            raise click.ClickException(f"{recipe_file}: {e}") from e
+            recipe = recipe_from_file(recipe_file)
+        except RecipeError as e:
+            raise click.ClickException(str(e)) from e
     if oneshot:
         try:
             backend = open_backend(recipe, driver_root)
@@ -123,15 +133,20 @@ def device_plugin(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     # the driver may still be installing (a driver container starts next to us): wait for it
+    last = ""
     while True:
         try:
             backend = open_backend(recipe, driver_root)
             break
         except Exception as e:
-            log.error("%s backend unavailable (retrying in %ss): %s", recipe.backend, BACKEND_RETRY, e)
+            message = f"{recipe.backend} backend unavailable (retrying every {BACKEND_RETRY:.0f}s): {e}"
+            log.log(logging.ERROR if message != last else logging.DEBUG, "%s", message)
+            last = message
             if stop.wait(BACKEND_RETRY):
                 return
-    plugin = Plugin(recipe, backend, plugin_dir, config_path, resource_name, driver_root)
+    plugin = Plugin(
+        recipe, backend, plugin_dir, config_path, resource_name, driver_root, ready_file=ready_file
+    )
     signal.signal(signal.SIGHUP, lambda signum, frame: plugin.request_restart())
     log.info(
         "sro device plugin: recipe %s (%s backend), kubelet dir %s", recipe.name, backend.name, plugin_dir

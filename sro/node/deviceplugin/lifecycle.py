@@ -82,6 +82,7 @@ class Plugin:
         poll: float = 0.2,
         liveness_every: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
+        ready_file: Path | None = None,
     ) -> None:
         self.recipe = recipe
         self.backend = backend
@@ -107,6 +108,9 @@ class Plugin:
         self._last_liveness = 0.0
         self._next_load = 0.0
         self._restart_requested = False
+        self.ready_file = ready_file  # exists while `ready()`: the pod's readiness probe tests it
+        self._ready = False
+        self._problem = ""  # the last load problem logged: a waiting plugin says it once, not every 2 s
 
     def request_restart(self) -> None:
         """Rebuild and re-register everything on the next loop (SIGHUP, as NVIDIA's plugin does)."""
@@ -132,11 +136,14 @@ class Plugin:
             inv = self.backend.inventory()
             plans = resources.plan(inv, config)
         except ConfigError as e:
-            log.error("configuration rejected (keeping the previous one): %s", e)
+            self._log_problem(f"configuration rejected (keeping the previous one): {e}")
             return False
         except Exception as e:  # inventory not there yet: the driver may still be installing
-            log.error("cannot read the %s inventory (retrying in 2s): %s", self.backend.name, e)
+            self._log_problem(
+                f"cannot read the {self.backend.name} inventory (retrying every 2s; not ready until then): {e}"
+            )
             return False
+        self._problem = ""
         files = (
             driverfiles.find(self.recipe, self.driver_root_seen) if "mounts" in config.list_strategies else []
         )
@@ -161,6 +168,37 @@ class Plugin:
         self._kubelet = None  # register the new servers
         return True
 
+    def _log_problem(self, message: str) -> None:
+        if message != self._problem:
+            log.error("%s", message)
+        else:
+            log.debug("%s", message)
+        self._problem = message
+
+    # --- readiness ---------------------------------------------------------------------------
+    def ready(self) -> bool:
+        """Every resource is served and registered with the kubelet that runs now."""
+        return (
+            bool(self.slots)
+            and self._kubelet is not None
+            and all(
+                s.server.grpc_server is not None and s.server.registered_with == self._kubelet
+                for s in self.slots
+            )
+        )
+
+    def _mark_ready(self, ready: bool) -> None:
+        if ready == self._ready:
+            return
+        self._ready = ready
+        log.info("%s", "ready: every resource registered with the kubelet" if ready else "not ready")
+        if self.ready_file is None:
+            return
+        if ready:
+            self.ready_file.write_text("ready\n")
+        else:
+            self.ready_file.unlink(missing_ok=True)
+
     # --- health ----------------------------------------------------------------------------
     def _monitor(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -168,9 +206,13 @@ class Plugin:
                 for ev in self.backend.events(stop):
                     self.board.apply(ev)
             except Exception as e:  # the event source broke: fail safe, every device unhealthy
-                log.exception(
-                    "health events from %s failed; marking every device unhealthy", self.backend.name
+                log.error(
+                    "health events from %s failed (%s: %s); marking every device unhealthy",
+                    self.backend.name,
+                    type(e).__name__,
+                    e,
                 )
+                log.debug("the health event source's failure", exc_info=True)
                 self.board.apply(
                     HealthEvent("lost", None, time.monotonic(), message=f"health source failed: {e}")
                 )
@@ -263,14 +305,19 @@ class Plugin:
         # out, so a device faulted before the plugin started is never announced healthy
         stop.wait(PRIME_SECONDS)
         try:
+            if self.ready_file is not None:  # one a restarted container left in its pod's emptyDir
+                self.ready_file.unlink(missing_ok=True)
             while not stop.is_set():
                 try:
                     self.load()
                     self.watch_once()
+                    self._mark_ready(self.ready())
                 except Exception:  # never exit on a surprise: log it and look again
                     log.exception("device plugin loop failed; continuing")
                 stop.wait(self.poll)
         finally:
+            if self.ready_file is not None:
+                self.ready_file.unlink(missing_ok=True)
             for slot in self.slots:
                 slot.server.stop()
             self.backend.close()

@@ -113,6 +113,11 @@ class Collector:
         self.snapshot = Snapshot(b"", Collected(hostname))
 
     # --- sources -------------------------------------------------------------------------
+    def problem(self, source: str) -> str | None:
+        """Why the source failed in the last collection (None: it answered, or is not used)."""
+        s = self._sources.get(source)
+        return None if s is None or s.up else s.why
+
     def _report(self, source: str, why: str | None) -> None:
         """Record one source's outcome; log it when it changes."""
         s = self._sources[source]
@@ -161,9 +166,13 @@ class Collector:
                 for ev in backend.events(stop):
                     self.apply_event(ev)
             except Exception as e:  # the event source broke: fail safe, every device unhealthy
-                log.exception(
-                    "health events from %s failed; every device unhealthy until they work", backend.name
+                log.error(
+                    "health events from %s failed (%s: %s); every device unhealthy until they work",
+                    backend.name,
+                    type(e).__name__,
+                    e,
                 )
+                log.debug("the health event source's failure", exc_info=True)
                 self.apply_event(
                     HealthEvent("lost", None, time.monotonic(), message=f"health source failed: {e}")
                 )

@@ -20,14 +20,13 @@ from pathlib import Path
 from types import FrameType
 
 import click
-import yaml
 
-from sro.api.recipes import BUILTIN, Recipe, RecipeError, recipe_from_dict
+from sro.api.recipes import BUILTIN, Recipe, RecipeError, recipe_from_file
 from sro.devices.model import Backend
 from sro.devices.telemetry import Telemetry
 from sro.node.exporter import nodefacts, podresources
 from sro.node.exporter.attribution import Assignment
-from sro.node.exporter.collecting import BackendOpener, Collector, NodeReader, PodLister
+from sro.node.exporter.collecting import CONFIG, DEVICES, BackendOpener, Collector, NodeReader, PodLister
 from sro.node.exporter.serving import MetricsServer, parse_address
 
 log = logging.getLogger(__name__)
@@ -143,9 +142,9 @@ def exporter(
     recipe = BUILTIN[recipe_name]
     if recipe_file is not None:
         try:
-            recipe = recipe_from_dict(yaml.safe_load(recipe_file.read_text()))
-        except (OSError, yaml.YAMLError, RecipeError) as e:
-            raise click.ClickException(f"{recipe_file}: {e}") from e
+            recipe = recipe_from_file(recipe_file)
+        except RecipeError as e:
+            raise click.ClickException(str(e)) from e
     seconds = parse_interval(interval)
     try:
         bind = parse_address(address)
@@ -167,8 +166,17 @@ def exporter(
         collector.prime(PRIME_SECONDS)
         text = collector.collect().text
         collector.close()
+        # the dry run fails on what the user gave (the devices, the config); the kubelet and the
+        # Node are optional (their labels are left out, and the log says why)
+        for source in (DEVICES, CONFIG):
+            why = collector.problem(source)
+            if why is not None:
+                raise click.ClickException(f"{source} unavailable: {why}")
         if output is not None:
-            output.write_bytes(text)
+            try:
+                output.write_bytes(text)
+            except OSError as e:
+                raise click.ClickException(f"cannot write {output}: {e.strerror}") from e
         else:
             sys.stdout.buffer.write(text)
             sys.stdout.flush()

@@ -74,15 +74,27 @@ def cdi_generate(
         click.echo(text, nl=False)
         return
     path = os.path.join(output, cdimod.spec_file_name(recipe, fmt)) if os.path.isdir(output) else output
-    with open(path, "w") as f:
-        f.write(text)
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as e:
+        raise click.ClickException(f"cannot write {path}: {e.strerror}") from None
     click.echo(f"wrote {path}", err=True)
 
 
 _PASS = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
 
 
-@click.command(context_settings=_PASS)
+class _PassThrough(click.Command):
+    """Hands its arguments on exactly as given: click's parser would drop a `--` (the wrapper's
+    `[--runc P] -- RUNC-ARGS` needs it to tell its own options from runc's)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.params["args"] = tuple(args)
+        return []
+
+
+@click.command(cls=_PassThrough, context_settings=_PASS)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def hook(args: tuple[str, ...]) -> None:
     """OCI hook: `sro hook prestart|createContainer|update-ldcache [options]` (state JSON on stdin).
@@ -124,17 +136,20 @@ def install_hooksd(
     from sro.node.runtime.specedits import HookCommand, hooks_d, precompile
 
     doc = hooks_d(HookCommand(python, tuple(_hook_options(recipe, driver_root, dev_root))), stage)
-    os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, "sro-hook.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(doc, f, indent=2)
-    os.replace(path + ".tmp", path)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with open(path + ".tmp", "w") as f:
+            json.dump(doc, f, indent=2)
+        os.replace(path + ".tmp", path)
+    except OSError as e:
+        raise click.ClickException(f"cannot write {e.filename or path}: {e.strerror}") from None
     if not precompile(python):
         click.echo("warning: could not write the hook's bytecode; it will compile on every start", err=True)
     click.echo(f"wrote {path}", err=True)
 
 
-@click.command(context_settings=_PASS)
+@click.command(cls=_PassThrough, context_settings=_PASS)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def runtime(args: tuple[str, ...]) -> None:
     """runc wrapper: `sro runtime [--runc P] [--mode hook|cdi] [hook opts] -- RUNC-ARGS` (or RUNC-ARGS).

@@ -140,7 +140,11 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     except (WrapperError, hook.HookError) as e:
         print(f"sro runtime: {e}", file=sys.stderr)
         sys.exit(1)
-    os.execv(runc, [runc, *runc_args])
+    try:
+        os.execv(runc, [runc, *runc_args])
+    except OSError as e:  # no runc there (--runc, or the default one not installed)
+        print(f"sro runtime: cannot run {runc}: {e.strerror} (give --runc PATH)", file=sys.stderr)
+        sys.exit(127)
 
 
 if __name__ == "__main__":

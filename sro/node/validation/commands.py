@@ -12,9 +12,8 @@ import sys
 from pathlib import Path
 
 import click
-import yaml
 
-from sro.api.recipes import BUILTIN, Recipe, RecipeError, recipe_from_dict
+from sro.api.recipes import BUILTIN, Recipe, RecipeError, recipe_from_file
 from sro.host.root import HostRoot
 from sro.node.validation.report import Report
 
@@ -26,7 +25,7 @@ _recipe_file_option = click.option(
 )
 _dev_root_option = click.option(
     "--dev-root",
-    type=click.Path(path_type=Path, file_okay=False, readable=False),
+    type=click.Path(path_type=Path, exists=True, file_okay=False, readable=False),
     default=Path("/dev"),
     show_default=True,
     help="Where the device nodes are (the node's /dev, or where a pod mounts it).",
@@ -42,9 +41,9 @@ def _recipe(name: str, path: Path | None) -> Recipe:
     if path is None:
         return BUILTIN[name]
     try:
-        return recipe_from_dict(yaml.safe_load(path.read_text()))
-    except (OSError, yaml.YAMLError, RecipeError) as e:
-        raise click.ClickException(f"{path}: {e}") from e
+        return recipe_from_file(path)
+    except RecipeError as e:
+        raise click.ClickException(str(e)) from e
 
 
 def _finish(report: Report, termination_log: Path | None) -> None:

@@ -56,6 +56,13 @@ class Operator:
         self.io = io
         self.wake: dict[str, asyncio.Event] = {}
         self._node_seen: dict[str, int] = {}
+        self._generations: dict[str, int] = {}
+
+    def generation_changed(self, name: str, generation: int) -> bool:
+        """True when the SpecialResource's spec changed since last seen (its status changes are ours)."""
+        seen = self._generations.get(name)
+        self._generations[name] = generation
+        return seen is not None and seen != generation
 
     def event_for(self, name: str) -> asyncio.Event:
         return self.wake.setdefault(name, asyncio.Event())
@@ -183,6 +190,11 @@ def build_registry(op: Operator) -> kopf.OperatorRegistry:
             raise kopf.TemporaryError(f"cleanup not finished: {'; '.join(problems)}", delay=5)
         metrics.forget(name)
         log.info("%s: everything it created is gone", name)
+
+    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+    def spec_changed(name: str, meta: Mapping[str, Any], **_: Any) -> None:
+        if op.generation_changed(name, int(meta.get("generation") or 0)):
+            op.poke(name)
 
     @kopf.on.event("", "v1", "pods", labels={SPECIALRESOURCE_LABEL: kopf.PRESENT}, registry=registry)
     def pod_changed(labels: Mapping[str, str], **_: Any) -> None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from sro.api import holders
 from sro.api.specialresource import (
     DRIVER,
     UpgradePolicy,
@@ -63,7 +64,6 @@ IN_PROGRESS = (CORDONED, WAITING_FOR_JOBS, PODS_EVICTED, DRIVER_REPLACED, VALIDA
 READS_PODS = (CORDONED, WAITING_FOR_JOBS, PODS_EVICTED)
 SCAN_STATE = "upgrade-scan"  # the state label of the holder-scan pods
 SCAN_RETRY = timedelta(seconds=5)  # a scan that found a holder runs again after this pause
-HOLDERS_EXIT = "holders"  # what `sro driver holders` reports in its termination message
 
 
 def driver_revision(ctx: Context) -> str:
@@ -212,24 +212,31 @@ def scan_pod(ctx: Context, node: str, inputs: str) -> dict[str, Any]:
     return obj
 
 
-def describe_holders(message: str) -> str:
-    """The scan's termination message in words: `process 123 (python3 hold.py) holds /dev/x`."""
+def read_scan(message: str) -> tuple[bool, str]:
+    """(free, words) from the scan's termination message: `process 123 (python3 x.py) holds /dev/x`.
+
+    Processes the scan could not inspect (on some VMs not even root may read pid 1's descriptors)
+    do not block: nothing was found, and the words say what could not be looked at."""
     try:
-        doc = json.loads(message)
-        holders = doc.get(HOLDERS_EXIT) or []
-        parts = [
-            f"process {h.get('pid')} ({str(h.get('command', ''))[:60]}) holds {h.get('holds', 'the device')}"
-            for h in holders[:3]
-        ]
-        more = f" and {len(holders) - 3} more" if len(holders) > 3 else ""
-        if parts:
-            return "; ".join(parts) + more
-        if doc.get("unreadable"):
-            return f"the holder scan could not inspect {doc['unreadable']} process(es)"
-    except (ValueError, AttributeError, TypeError):
-        pass
-    first = (message.strip().splitlines() or ["no output"])[0]
-    return f"the holder scan failed: {first[:200]}"
+        summary = holders.from_message(message)
+    except ValueError:
+        first = (message.strip().splitlines() or ["no output"])[0]
+        return False, f"the holder scan failed: {first[:200]}"
+    found = [
+        f"process {h.pid} ({h.command[:60]}) holds {', '.join(h.holds) or 'the device'}"
+        + (f" in pod {h.pod_uid}" if h.pod_uid else "")
+        for h in summary.holders[:3]
+    ]
+    more = len(summary.holders) - len(found) + summary.more
+    if found or more:
+        return False, "; ".join(found) + (f" and {more} more" if more else "")
+    if summary.unreadable:
+        pids = ", ".join(str(p) for p in summary.unreadable[:5])
+        return (
+            True,
+            f"no holder found; {len(summary.unreadable)} process(es) could not be inspected (pid {pids})",
+        )
+    return True, ""
 
 
 @dataclass(frozen=True)
@@ -387,9 +394,10 @@ class Machine:
             if nxt.state == FAILED:
                 events.append(("Warning", "UpgradeFailed", nxt.reason))
             elif nxt.state != rec.state:
-                events.append(
-                    ("Normal", _event_reason(nxt.state), f"driver {version_of(nxt.to_rev)}: {nxt.state}")
+                words = f"driver {version_of(nxt.to_rev)}: {nxt.state}" + (
+                    f" ({nxt.reason})" if nxt.reason else ""
                 )
+                events.append(("Normal", _event_reason(nxt.state), words))
             elif "holds" in nxt.reason and nxt.reason != rec.reason:
                 events.append(("Warning", "UpgradeBlocked", nxt.reason))
             moved = nxt.state != rec.state
@@ -533,16 +541,16 @@ class Machine:
         if scan.annotations.get("sro.dev/inputs") != inputs:
             deletes.append(scan.name)
             return rec
-        if scan.phase == "Succeeded":
+        if scan.phase not in ("Succeeded", "Failed"):
+            return rec
+        free, words = read_scan(scan.message) if scan.phase == "Failed" else (True, "")
+        if free:
             deletes.append(scan.name)
             labels[self.rev_key] = rec.to_rev
-            return rec.enter(DRIVER_REPLACED, self.stamp, "")
-        if scan.phase == "Failed":
-            reason = describe_holders(scan.message) + "; the upgrade goes on once it exits"
-            if scan.finished_at is None or self.now - scan.finished_at >= SCAN_RETRY:
-                deletes.append(scan.name)  # look again
-            return replace(rec, reason=reason)
-        return rec
+            return rec.enter(DRIVER_REPLACED, self.stamp, words)
+        if scan.finished_at is None or self.now - scan.finished_at >= SCAN_RETRY:
+            deletes.append(scan.name)  # look again
+        return replace(rec, reason=words + "; the upgrade goes on once it exits")
 
     def _older(self, rec: Record, state: str, seconds: int) -> bool:
         since = rec.entered(state)

@@ -426,3 +426,16 @@ def test_workload_records_from_pod_json() -> None:
         True,
         True,
     )
+
+
+def test_processes_the_scan_could_not_inspect_do_not_block_but_are_said() -> None:
+    n = node("a", record=rec(PODS_EVICTED))
+    partial = scan(sr(), n, "Failed", message='{"holders":[],"unreadable":[1]}', finished_at=NOW)
+    plan = run(sr(), facts(n, workloads=(), scan=partial))
+    assert state_of(plan, "a") == DRIVER_REPLACED
+    assert any("could not be inspected (pid 1)" in e[2] for e in plan.nodes["a"].events)
+    broken = scan(sr(), n, "Failed", message="Traceback: boom", finished_at=NOW)
+    plan = run(sr(), facts(n, workloads=(), scan=broken))
+    assert state_of(plan, "a") == PODS_EVICTED and "the holder scan failed: Traceback: boom" in (
+        plan.nodes["a"].record or rec(DONE)
+    ).reason

@@ -88,6 +88,7 @@ class Operator:
                 log.warning("%s: not deployed: %s: %s", name, cond["reason"], cond["message"])
         failures = await self.io.carry_out(sr, plan, observed.owned)
         metrics.record(name, plan.rows, [s for s, mode in plan.status["states"].items() if mode == "enabled"])
+        metrics.record_upgrades(name, (plan.status.get("driverUpgrade") or {}).get("nodes") or {})
         if failures:
             metrics.ERRORS.labels(name).inc()
             return 3.0

@@ -7,7 +7,7 @@ matching to validated — the figure that says whether GPU nodes join the cluste
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -40,10 +40,17 @@ VALIDATION_SECONDS = Histogram(
     buckets=(5, 10, 20, 30, 60, 120, 300, 600, 1800),
     registry=REGISTRY,
 )
+UPGRADES = Gauge(
+    "sro_operator_driver_upgrade_nodes",
+    "Nodes per driver-upgrade state (upgrade-required ... done, failed); alert on failed > 0.",
+    ["specialresource", "state"],
+    registry=REGISTRY,
+)
 LEADER = Gauge("sro_operator_leader", "1 while this replica holds the leader lease.", registry=REGISTRY)
 
 _seen_validated: set[tuple[str, str]] = set()
 _node_series: set[tuple[str, str]] = set()
+_upgrade_series: set[tuple[str, str]] = set()
 
 
 def _parse(value: str) -> datetime | None:
@@ -73,11 +80,23 @@ def record(sr: str, rows: Sequence[NodeRow], states: Sequence[str]) -> None:
             VALIDATION_SECONDS.labels(sr).observe(max((end - start).total_seconds(), 0.0))
 
 
+def record_upgrades(sr: str, counts: Mapping[str, int]) -> None:
+    """The rollout's nodes per upgrade state; a state no node is in any more reads 0."""
+    for key in [k for k in _upgrade_series if k[0] == sr and k[1] not in counts]:
+        UPGRADES.labels(*key).set(0)
+    for state, n in counts.items():
+        UPGRADES.labels(sr, state).set(n)
+        _upgrade_series.add((sr, state))
+
+
 def forget(sr: str) -> None:
     """A deleted SpecialResource leaves no series behind."""
     for key in [k for k in _node_series if k[0] == sr]:
         NODES.remove(*key)
         _node_series.discard(key)
+    for key in [k for k in _upgrade_series if k[0] == sr]:
+        UPGRADES.remove(*key)
+        _upgrade_series.discard(key)
     for key in [k for k in _seen_validated if k[0] == sr]:
         _seen_validated.discard(key)
 

@@ -72,6 +72,10 @@ def node_rows(sr: SpecialResourceInfo, nodes: Sequence[NodeInfo]) -> list[tuple[
             detail = f"validated since {row.get('since', '')}"
         else:
             detail = f"{row.get('failing', '')}: {row.get('reason', '')} {row.get('message', '')}".strip(": ")
+        upgrade = row.get("upgrade") or {}
+        if upgrade:
+            detail += f"; driver upgrade {upgrade.get('from')} -> {upgrade.get('to')}: {upgrade.get('state')}"
+            detail += f" ({upgrade['reason']})" if upgrade.get("reason") else ""
         rows.append((name, *cells, detail))
     return rows
 

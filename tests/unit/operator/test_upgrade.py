@@ -436,6 +436,22 @@ def test_processes_the_scan_could_not_inspect_do_not_block_but_are_said() -> Non
     assert any("could not be inspected (pid 1)" in e[2] for e in plan.nodes["a"].events)
     broken = scan(sr(), n, "Failed", message="Traceback: boom", finished_at=NOW)
     plan = run(sr(), facts(n, workloads=(), scan=broken))
-    assert state_of(plan, "a") == PODS_EVICTED and "the holder scan failed: Traceback: boom" in (
-        plan.nodes["a"].record or rec(DONE)
-    ).reason
+    assert (
+        state_of(plan, "a") == PODS_EVICTED
+        and "the holder scan failed: Traceback: boom" in (plan.nodes["a"].record or rec(DONE)).reason
+    )
+
+
+def test_upgrade_metrics_follow_the_counts_and_go_with_the_special_resource() -> None:
+    from sro.operator import metrics
+
+    def value(state: str) -> float | None:
+        return metrics.REGISTRY.get_sample_value(
+            "sro_operator_driver_upgrade_nodes", {"specialresource": "m", "state": state}
+        )
+
+    metrics.record_upgrades("m", {CORDONED: 1, UPGRADE_REQUIRED: 2})
+    metrics.record_upgrades("m", {DONE: 3})
+    assert (value(CORDONED), value(UPGRADE_REQUIRED), value(DONE)) == (0.0, 0.0, 3.0)
+    metrics.forget("m")
+    assert value(DONE) is None

@@ -311,7 +311,7 @@ class Machine:
         # the spec changed since this record was made
         if rec.state in (UPGRADE_REQUIRED, FAILED):
             if rev == self.target:  # back where the spec wants it: nothing to do (uncordon if ours)
-                return rec.enter(VALIDATED, self.stamp) if rec.cordoned else None
+                return replace(rec, to_rev=self.target).enter(VALIDATED, self.stamp) if rec.cordoned else None
             return Record(UPGRADE_REQUIRED, rev, self.target, {UPGRADE_REQUIRED: self.stamp}, rec.cordoned)
         # mid-upgrade: keep the node cordoned and emptied, and aim at the new target
         retarget = replace(rec, to_rev=self.target)

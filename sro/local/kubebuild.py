@@ -1,7 +1,7 @@
 """Kubernetes binaries built from Debian's own `kubernetes` source package, cached per version.
 
 Debian 12 ships only kubectl as a binary, but its source package carries the whole tree with vendor/,
-and Debian's Go builds it (about 5 minutes on 2 cores). The result is cached under
+and Debian's Go builds it (about 7 minutes on 2 cores, kubemark included). The result is cached under
 `<cache>/kubernetes/<source version>-go<go version>/` with a manifest of checksums, so the build happens
 once per machine and a corrupted cache is detected (and rebuilt) instead of run.
 
@@ -11,7 +11,9 @@ server down on any pretty-printed response. Debian packages the fixed versions; 
 the vendored copies before the build, and the packages' versions are part of the cache key.
 
 One build runs at a time per cache (a file lock); the work directory of a build that was killed is
-removed by the next one.
+removed by the next one. A cache made before a binary was added to the list (`ADDED_BINARIES`:
+kubemark, for hollow nodes) is completed by building only that binary into it: the binaries a running
+cluster uses stay in place.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from sro.local.layout import KUBE_BINARIES, KUBERNETES_SOURCE_PACKAGE, Layout
+from sro.local.layout import ADDED_BINARIES, KUBE_BINARIES, KUBERNETES_SOURCE_PACKAGE, Layout
 
 Progress = Callable[[str], None]
 
@@ -133,8 +135,8 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def verify(cache_dir: Path) -> str | None:
-    """None when the cache is complete and intact, else what is wrong with it."""
+def verify(cache_dir: Path, names: tuple[str, ...] = KUBE_BINARIES) -> str | None:
+    """None when the cache is complete and intact (for `names`), else what is wrong with it."""
     manifest = cache_dir / "manifest.json"
     if not manifest.exists():
         return "no manifest"
@@ -142,13 +144,27 @@ def verify(cache_dir: Path) -> str | None:
         sums = json.loads(manifest.read_text())["sha256"]
     except (ValueError, KeyError) as e:
         return f"manifest unreadable: {e}"
-    for name in (*KUBE_BINARIES, "pause.c"):
+    for name in (*names, "pause.c"):
         path = cache_dir / ("bin" if name != "pause.c" else "src") / name
         if not path.exists():
             return f"{path} missing"
         if _sha256(path) != sums.get(name):
             return f"{path} corrupted (checksum differs from the manifest)"
     return None
+
+
+def missing_additions(cache_dir: Path) -> tuple[str, ...]:
+    """The added binaries an otherwise intact cache lacks (or holds broken): they are built into it.
+    Empty when the cache is complete, or broken in a way only a rebuild mends."""
+    core = tuple(b for b in KUBE_BINARIES if b not in ADDED_BINARIES)
+    if verify(cache_dir, core) is not None:
+        return ()
+    sums = json.loads((cache_dir / "manifest.json").read_text())["sha256"]
+    return tuple(
+        b
+        for b in ADDED_BINARIES
+        if not (cache_dir / "bin" / b).exists() or _sha256(cache_dir / "bin" / b) != sums.get(b)
+    )
 
 
 def ensure_kubernetes(layout: Layout, progress: Progress) -> Path:
@@ -160,6 +176,11 @@ def ensure_kubernetes(layout: Layout, progress: Progress) -> Path:
     with _build_lock(cache_dir.parent, progress):
         problem = verify(cache_dir)  # another `up` may have built it while we waited
         if problem is None:
+            return cache_dir / "bin"
+        added = missing_additions(cache_dir)
+        if added:
+            progress(f"Kubernetes cache {cache_dir} lacks {', '.join(added)}; building only that")
+            build_into(cache_dir, added, progress)
             return cache_dir / "bin"
         if cache_dir.exists():
             progress(f"Kubernetes cache {cache_dir} is unusable ({problem}); rebuilding")
@@ -189,6 +210,32 @@ def remove_stale_builds(cache_root: Path) -> list[Path]:
     return stale
 
 
+def _compile(work: Path, names: tuple[str, ...], log: Path, progress: Progress, about: str) -> Path:
+    """Fetch, unpack, fix and build `names` in `work`; returns the unpacked source tree."""
+    progress("Downloading Debian's kubernetes source package")
+    _run(["apt-get", "source", "--download-only", KUBERNETES_SOURCE_PACKAGE], cwd=work, log=log)
+    dsc = next(work.glob("*.dsc"))
+    progress("Unpacking the source")
+    _run(["dpkg-source", "--no-check", "-x", str(dsc), "src"], cwd=work, log=log)
+    src = work / "src"
+    for line in replace_vendored(src):
+        progress(f"Vendored {line}")
+    # GOPATH mode, as Debian's own rules build it.
+    gopath = src / ".go"
+    (gopath / "src" / "k8s.io").mkdir(parents=True)
+    (gopath / "src" / "k8s.io" / "kubernetes").symlink_to("../../..")
+    env = dict(os.environ, GOPATH=str(gopath), CGO_ENABLED="0", GO111MODULE="off", GOFLAGS="-mod=vendor")
+    env["GOCACHE"] = str(work / "gocache")
+    progress(f"Building {', '.join(names)} with Go ({about} on 2 cores; log: {log})")
+    what = " ".join(f"cmd/{b}" for b in names)
+    _run(["make", f"WHAT={what}"], cwd=gopath / "src" / "k8s.io" / "kubernetes", env=env, log=log)
+    return src
+
+
+def _built(src: Path) -> Path:
+    return src / "_output" / "local" / "bin" / "linux" / "amd64"
+
+
 def build(cache_dir: Path, progress: Progress) -> None:
     """Build into a temp dir next to the cache and move the result in; the caller holds the lock."""
     cache_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -198,24 +245,8 @@ def build(cache_dir: Path, progress: Progress) -> None:
     log.write_text("")
     with tempfile.TemporaryDirectory(dir=cache_dir.parent, prefix="build-") as tmp:
         work = Path(tmp)
-        progress("Downloading Debian's kubernetes source package")
-        _run(["apt-get", "source", "--download-only", KUBERNETES_SOURCE_PACKAGE], cwd=work, log=log)
-        dsc = next(work.glob("*.dsc"))
-        progress("Unpacking the source")
-        _run(["dpkg-source", "--no-check", "-x", str(dsc), "src"], cwd=work, log=log)
-        src = work / "src"
-        for line in replace_vendored(src):
-            progress(f"Vendored {line}")
-        # GOPATH mode, as Debian's own rules build it.
-        gopath = src / ".go"
-        (gopath / "src" / "k8s.io").mkdir(parents=True)
-        (gopath / "src" / "k8s.io" / "kubernetes").symlink_to("../../..")
-        env = dict(os.environ, GOPATH=str(gopath), CGO_ENABLED="0", GO111MODULE="off", GOFLAGS="-mod=vendor")
-        env["GOCACHE"] = str(work / "gocache")
-        progress(f"Building {', '.join(KUBE_BINARIES)} with Go (about 5 minutes on 2 cores; log: {log})")
-        what = " ".join(f"cmd/{b}" for b in KUBE_BINARIES)
-        _run(["make", f"WHAT={what}"], cwd=gopath / "src" / "k8s.io" / "kubernetes", env=env, log=log)
-        out = src / "_output" / "local" / "bin" / "linux" / "amd64"
+        src = _compile(work, KUBE_BINARIES, log, progress, "about 7 minutes")
+        out = _built(src)
         staging = work / "result"
         (staging / "bin").mkdir(parents=True)
         (staging / "src").mkdir()
@@ -227,3 +258,28 @@ def build(cache_dir: Path, progress: Progress) -> None:
         (staging / "manifest.json").write_text(json.dumps({"sha256": sums}, indent=1))
         staging.rename(cache_dir)  # atomic: a crash mid-build leaves no half cache behind
     progress(f"Kubernetes binaries cached in {cache_dir}")
+
+
+def build_into(cache_dir: Path, names: tuple[str, ...], progress: Progress) -> None:
+    """Build only `names` and add them to an intact cache; the caller holds the lock.
+
+    Each binary lands under a temporary name and is renamed into place, and the manifest is replaced
+    last (atomically), so a crash leaves the cache as it was or complete, never half-listed."""
+    for p in remove_stale_builds(cache_dir.parent):
+        progress(f"Removed {p}, left by a build that did not finish")
+    log = cache_dir.parent / "build.log"
+    with log.open("a") as f:
+        f.write(f"==== adding {', '.join(names)} to {cache_dir}\n")
+    with tempfile.TemporaryDirectory(dir=cache_dir.parent, prefix="build-") as tmp:
+        out = _built(_compile(Path(tmp), names, log, progress, "about 3 minutes"))
+        manifest = cache_dir / "manifest.json"
+        sums = json.loads(manifest.read_text())["sha256"]
+        for name in names:
+            part = cache_dir / "bin" / f".{name}.part"
+            shutil.copy2(out / name, part)
+            sums[name] = _sha256(part)
+            part.rename(cache_dir / "bin" / name)
+        tmp_manifest = cache_dir / ".manifest.json.part"
+        tmp_manifest.write_text(json.dumps({"sha256": sums}, indent=1))
+        tmp_manifest.rename(manifest)
+    progress(f"Added {', '.join(names)} to {cache_dir}")

@@ -18,7 +18,12 @@ KUBE_BINARIES = (
     "kubelet",
     "kube-proxy",
     "kubectl",
+    # hollow nodes (`sro local up --hollow-nodes N`): a real kubelet with a fake container runtime
+    "kubemark",
 )
+# Binaries added to the build after caches without them were made: such a cache is completed by
+# building only these into it (the others, maybe running, stay untouched), never rebuilt whole.
+ADDED_BINARIES = ("kubemark",)
 
 SERVICE_CIDR = "10.96.0.0/12"
 KUBERNETES_SERVICE_IP = "10.96.0.1"
@@ -41,6 +46,7 @@ class Ports:
     controller_manager: int = 10257
     proxy_metrics: int = 10249
     proxy_healthz: int = 10256
+    hollow_rules: int = 10390  # the hollow nodes' failure rules server (sro local up --hollow-nodes)
 
     def all(self) -> dict[str, int]:
         return dict(vars(self))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sro.local import kubebuild
-from sro.local.layout import KUBE_BINARIES
+from sro.local.layout import ADDED_BINARIES, KUBE_BINARIES
 
 
 def _cache(tmp_path: Path) -> Path:
@@ -137,3 +137,26 @@ def test_a_second_build_waits_for_the_first(tmp_path: Path) -> None:
     finally:
         holder.kill()
         holder.communicate()
+
+
+# ---- binaries added after a cache was made: built into it, never a whole rebuild ------------------
+def test_a_cache_without_an_added_binary_is_completed_not_rebuilt(tmp_path: Path) -> None:
+    cache = _cache(tmp_path)
+    assert kubebuild.missing_additions(cache) == ()
+    sums = json.loads((cache / "manifest.json").read_text())
+    for name in ADDED_BINARIES:
+        (cache / "bin" / name).unlink()
+        del sums["sha256"][name]
+    (cache / "manifest.json").write_text(json.dumps(sums))
+    assert "kubemark missing" in (kubebuild.verify(cache) or "")
+    assert kubebuild.missing_additions(cache) == ADDED_BINARIES
+    # a broken added binary is rebuilt on its own too
+    (cache / "bin" / "kubemark").write_bytes(b"half")
+    assert kubebuild.missing_additions(cache) == ("kubemark",)
+
+
+def test_a_broken_core_binary_means_a_whole_rebuild(tmp_path: Path) -> None:
+    cache = _cache(tmp_path)
+    (cache / "bin" / "kubemark").unlink()
+    (cache / "bin" / "kubelet").write_bytes(b"")
+    assert kubebuild.missing_additions(cache) == ()

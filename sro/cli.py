@@ -94,6 +94,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "sro.manifests.command:manifests",
         "Print a component's manifests for kubectl apply -f - on any cluster.",
     ),
+    "bundle": ("sro.openshift.bundle_command:bundle", "OLM bundle of the operator (`bundle generate`)."),
 }
 
 

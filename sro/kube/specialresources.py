@@ -37,6 +37,7 @@ from sro.api.names import (
     SPECIALRESOURCE_LABEL,
     VERSION,
 )
+from sro.api.openshift import OPENSHIFT_CRD
 from sro.api.specialresource import upgrade_state_label
 from sro.kube.eviction import Evictor, post_event
 from sro.operator.observed import (
@@ -143,6 +144,7 @@ class SpecialResourceIO:
                 info = pod_from_json(_dict(p), log=await self._log_tail(info.name))
             pods.append(info)
         prometheus_operator = await self._exists(CustomResourceDefinition, SERVICE_MONITOR_CRD)
+        openshift = await self._exists(CustomResourceDefinition, OPENSHIFT_CRD)
         owned: list[tuple[str, str]] = []
         revisions: dict[tuple[str, str], str] = {}
         kinds = {**OWNED_KINDS, **(MONITORING_KINDS if prometheus_operator else {})}
@@ -190,6 +192,7 @@ class SpecialResourceIO:
             quotas=tuple(quotas),
             owned_elsewhere=tuple(await self._owned_elsewhere(sr.name)),
             prometheus_operator=prometheus_operator,
+            openshift=openshift,
             sr=sr,
             nodes=tuple(nodes),
             pods=tuple(pods),

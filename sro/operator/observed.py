@@ -107,6 +107,7 @@ class Observed:
     quotas: tuple[QuotaInfo, ...] = ()  # our ResourceQuotas, with their used / hard
     owned_elsewhere: tuple[tuple[str, str, str], ...] = ()  # (kind, namespace or "", name): partitioning
     prometheus_operator: bool = False  # monitoring.coreos.com's ServiceMonitor CRD exists
+    openshift: bool = False  # the config.openshift.io group is served (sro.api.openshift)
     revisions: Mapping[tuple[str, str], str] = field(
         default_factory=dict
     )  # owned (kind, name) -> driver revision

@@ -235,6 +235,7 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
         obs.image,
         dict(obs.custom_manifests or {}),
         obs.prometheus_operator,
+        obs.openshift,
     )
     terms = selection_terms(spec, recipe)
     selected = [n for n in obs.nodes if matches(n, terms)]

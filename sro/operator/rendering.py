@@ -56,6 +56,7 @@ class Context:
     image: str  # the operator's own image: the default of every state
     custom: Mapping[str, str] = field(default_factory=dict)  # `<state>.<file>` -> template
     prometheus_operator: bool = False  # its CRDs exist: ServiceMonitor and PrometheusRule are rendered
+    openshift: bool = False  # OpenShift: CRI-O nodes (the runtime state writes CRI-O's hooks.d too)
 
     def state_image(self, state: str) -> str:
         return self.spec.state(state).image or self.image

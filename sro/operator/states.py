@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sro.api.names import DRIVER_REVISION_LABEL, NFD_PREFIX
+from sro.api.openshift import CRIO_HOOKS_DIR
 from sro.api.specialresource import (
     DEVICE_PLUGIN,
     DEVICE_PLUGIN_VALIDATION,
@@ -117,7 +118,9 @@ class DevicePluginState(DaemonSetState):
 
 
 class RuntimeState(DaemonSetState):
-    pass
+    def values(self, ctx: Context) -> dict[str, Any]:
+        # OpenShift's nodes run CRI-O, which reads OCI hooks from its hooks.d (sro.node.runtime.installing)
+        return {"hooks_dir": CRIO_HOOKS_DIR} if ctx.openshift else {}
 
 
 def driver_image(ctx: Context, node: NodeInfo) -> str:

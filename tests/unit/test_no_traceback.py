@@ -93,6 +93,7 @@ BASE: dict[tuple[str, ...], tuple[str, ...]] = {
     ("hook", "install-hooksd"): ("--dir", "{case}/hooks.d"),
     ("runtime", "install"): ("--root", "{case}/runtime", "--host-root", "{t}/host"),
     ("runtime", "uninstall"): ("--root", "{case}/runtime"),
+    ("bundle", "generate"): ("--version", "0.1.0", "-o", "{case}/bundle"),
 }
 # fmt: on
 
@@ -297,6 +298,10 @@ def _curated() -> list[Case]:
         Case("validate driver: no driver", base("validate", "driver"), ()),
         Case("validate workload: no devices", base("validate", "workload"), ()),
         Case("validate driver: --recipe-file not YAML", ("validate", "driver", "--recipe-file", "{t}/bad.yaml"), ("{t}/bad.yaml",)),
+        Case("bundle generate: --version not semver", ("bundle", "generate", "--version", "1.0", "-o", "{case}/b"),
+             ("not a semantic version",)),
+        Case("bundle generate: --image without a tag", ("bundle", "generate", "--version", "1.0.0", "--image", "registry.example/sro",
+             "-o", "{case}/b"), ("neither a tag",)),
         Case("manifests render: unknown component", ("manifests", "render", "no-such-component"), ("no-such-component",)),
         Case("manifests render: --set without =", ("manifests", "render", "device-plugin", "--set", "novalue"), ("--set",)),
         Case("hook: unknown stage", ("hook", "no-such-stage"), ("no-such-stage",)),

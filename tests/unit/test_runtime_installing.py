@@ -356,3 +356,110 @@ def test_local_up_writes_the_pass_through_launcher_only_where_none_is(tmp_path: 
     assert sorted(p.name for p in launcher.parent.iterdir()) == ["sro-runtime"]  # no temporary left
     launcher.write_text("the real one")
     assert not ensure_launcher(launcher, "/usr/sbin/runc") and launcher.read_text() == "the real one"
+
+
+# ---- the live hooks.d entry in CRI-O's directory (OpenShift) -------------------------------------
+
+
+def test_crio_hooks_dir_gets_the_same_entry_and_loses_it_first(tmp_path: Path) -> None:
+    host, root, crio = _host(tmp_path), tmp_path / "runtime", tmp_path / "etc-containers-oci-hooks.d"
+    crio.mkdir()
+    (crio / "someone-else.json").write_text("{}")
+    m = _install(root, host, crio_hooks_dir=str(crio))
+    live = crio / "sro-hook.json"
+    assert live.read_bytes() == (root / "hooks.d" / "sro-hook.json").read_bytes()
+    assert set(m.external) == {str(live)}
+    doc = json.loads((root / installing.MANIFEST).read_text())
+    assert doc["settings"]["crioHooksDir"] == str(crio) and set(doc["external"]) == {str(live)}
+    # a second recipe rewrites it for both; dropping one rewrites it again
+    _install(root, host, {NV: None}, crio_hooks_dir=str(crio))
+    assert "nvidia-gpu" in live.read_text() and "simulated-gpu" in live.read_text()
+    installing.uninstall(str(root), (NV,))
+    assert "nvidia-gpu" not in live.read_text()
+    log: list[str] = []
+    installing.uninstall(str(root), (SIM,), log=log.append)
+    assert not live.exists() and (crio / "someone-else.json").exists() and crio.is_dir()
+    assert log.index(f"removed {live}") < min(
+        i for i, line in enumerate(log) if line.startswith(f"removed {root}")
+    )
+
+
+def test_crio_hooks_dir_entry_goes_when_the_setting_does(tmp_path: Path) -> None:
+    host, root, crio = _host(tmp_path), tmp_path / "runtime", tmp_path / "hooks.d"
+    _install(root, host, crio_hooks_dir=str(crio))
+    assert (crio / "sro-hook.json").exists()
+    _install(root, host)
+    assert not (crio / "sro-hook.json").exists()
+
+
+def test_crio_hooks_dir_entry_changed_by_someone_is_left(tmp_path: Path) -> None:
+    host, root, crio = _host(tmp_path), tmp_path / "runtime", tmp_path / "hooks.d"
+    _install(root, host, crio_hooks_dir=str(crio))
+    (crio / "sro-hook.json").write_text('{"theirs": true}')
+    log: list[str] = []
+    installing.uninstall(str(root), log=log.append)
+    assert (crio / "sro-hook.json").read_text() == '{"theirs": true}'
+    assert any("changed since sro wrote it" in line for line in log)
+
+
+@pytest.mark.parametrize(
+    ("layout", "version"),
+    [
+        ({"usr/bin/python3": "->python3.9", "usr/bin/python3.9": ""}, (3, 9)),  # RHCOS 9
+        ({"usr/libexec/platform-python": "", "usr/lib64/python3.6/os.py": ""}, None),  # RHCOS 8: no python3
+        ({"usr/bin/python3": "", "usr/lib64/python3.9/os.py": ""}, (3, 9)),
+        ({"usr/bin/python3": "", "usr/lib/python3.11/os.py": "", "usr/lib64/python3.9/os.py": ""}, None),
+        ({"usr/bin/python3": "->python3.12", "usr/bin/python3.12": ""}, (3, 12)),
+    ],
+)
+def test_host_python_version_from_files(
+    tmp_path: Path, layout: dict[str, str], version: tuple[int, int] | None
+) -> None:
+    for rel, what in layout.items():
+        p = tmp_path / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if what.startswith("->"):
+            p.symlink_to(what[2:])
+        else:
+            p.write_text(what)
+    assert installing.host_python_version(str(tmp_path), "/usr/bin/python3") == version
+
+
+@pytest.mark.parametrize("python", ["python3.9", None])
+def test_no_live_entry_for_an_interpreter_that_cannot_run_the_hook(
+    tmp_path: Path, python: str | None
+) -> None:
+    """RHCOS: python 3.9 (RHEL 9-based) or none that says its version: nothing at all is written."""
+    host, root, crio = _host(tmp_path), tmp_path / "runtime", tmp_path / "hooks.d"
+    (host / "usr" / "bin" / "python3").unlink()
+    if python:
+        (host / "usr" / "bin" / python).write_text("")
+        (host / "usr" / "bin" / python).chmod(0o755)
+        (host / "usr" / "bin" / "python3").symlink_to(python)
+    else:
+        (host / "usr" / "bin" / "python3").write_text("")
+        (host / "usr" / "bin" / "python3").chmod(0o755)
+    (host / "usr" / "bin" / "python3.11").unlink()
+    with pytest.raises(InstallError, match="every container on this node") as e:
+        _install(root, host, crio_hooks_dir=str(crio))
+    assert "nothing was written" in str(e.value) and ("3.9" in str(e.value)) == bool(python)
+    assert not crio.exists() and not (root / installing.MANIFEST).exists()
+    # without the live entry the same node installs (only the handler's launcher uses the python)
+    _install(root, host)
+    assert (root / installing.MANIFEST).exists()
+
+
+def test_crio_hooks_dir_must_be_absolute() -> None:
+    with pytest.raises(InstallError, match="crio-hooks-dir"):
+        Settings(host_dir="/x", crio_hooks_dir="etc/containers")
+
+
+def test_manifest_refuses_an_external_file_that_is_not_a_hooks_entry(tmp_path: Path) -> None:
+    host, root, crio = _host(tmp_path), tmp_path / "runtime", tmp_path / "hooks.d"
+    _install(root, host, crio_hooks_dir=str(crio))
+    doc = json.loads((root / installing.MANIFEST).read_text())
+    doc["external"] = {"/etc/passwd": {"sha256": "x", "mode": "0644"}}
+    (root / installing.MANIFEST).write_text(json.dumps(doc))
+    with pytest.raises(InstallError, match="not a manifest sro can read"):
+        installing.uninstall(str(root))
+    assert Path("/etc/passwd").exists()

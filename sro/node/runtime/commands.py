@@ -217,6 +217,12 @@ def _log(message: str) -> None:
 )
 @click.option("--no-cdi", is_flag=True, help="Write no CDI specs.")
 @click.option(
+    "--crio-hooks-dir",
+    default="",
+    help="Also put the hooks.d entry in this directory CRI-O reads (RHCOS: /etc/containers/oci/hooks.d); "
+    "only with a --python known to be 3.11 or later.",
+)
+@click.option(
     "--owner", default="default", show_default=True, help="Who asks (uninstall drops only its claim)."
 )
 @click.option(
@@ -235,6 +241,7 @@ def install_command(
     mode: str,
     stage: str,
     no_cdi: bool,
+    crio_hooks_dir: str,
     owner: str,
     wait: bool,
     ready_file: str | None,
@@ -243,6 +250,7 @@ def install_command(
     stdlib-only zipapp (sro-hook.pyz), the launcher a containerd runtime handler names as its
     BinaryName (sro-runtime), hooks.d/sro-hook.json for CRI-O and podman, cdi/<vendor>-<class>.json
     per recipe with devices, and manifest.json. Fails if the host has no --python. Idempotent.
+    With --crio-hooks-dir, the hooks.d entry goes there too (CRI-O runs it for every container).
 
     The files are shared by every recipe and owner on the node (the runtime state of each
     SpecialResource names its own --owner); the manifest records both. A pass-through launcher an
@@ -265,6 +273,7 @@ def install_command(
             mode=mode,
             dev_root=dev_root,
             stage=stage,
+            crio_hooks_dir=crio_hooks_dir,
         )
         recipes = dict.fromkeys(names, driver_root)
         installing.install(root, recipes, settings, host_root, not no_cdi, log=_log, owner=owner)

@@ -14,6 +14,16 @@ Layout of the root (RUNTIME_ROOT, /var/lib/sro/runtime, on a node):
     cdi/<vendor>-<class>.json   one CDI spec per recipe with devices on this node (CRI-O, containerd >= 1.7)
     manifest.json           what was installed, for whom, with which settings; uninstall removes only that
 
+and, with `--crio-hooks-dir` (the runtime state on OpenShift: /etc/containers/oci/hooks.d, the
+directory CRI-O reads hooks from on RHCOS), the same hooks.d entry there too, listed in the manifest
+as an external file. That one is live: CRI-O runs it for every container of the node, so it is
+written only after the archive it names, removed before anything else, and written only where the
+host's interpreter is known to run the hook (3.11 or later): a hook that cannot start would fail
+every container start on the node. RHCOS ships no such interpreter (RHEL 8-based releases have only
+platform-python 3.6, RHEL 9-based ones python 3.9; Fedora CoreOS has none): there the install fails
+before writing anything, saying so, and the runtime state's pod on that node is failed with that
+reason until an interpreter of 3.11 or later is layered onto the node and named with --python.
+
 The files are shared by every recipe installed on the node: the manifest records the recipes and,
 for each, its owners (who asked for it: the runtime state's DaemonSet of each SpecialResource, a
 test, the demo), and the launcher and hooks.d entry act for exactly those recipes (`--recipe` each).
@@ -37,6 +47,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -51,7 +62,9 @@ from sro.node.runtime.wrapper import RUNC
 
 DEFAULT_PYTHON = "/usr/bin/python3"
 LAUNCHER_NAME = os.path.basename(RUNTIME_LAUNCHER)
-HOOKS_D_FILE = "hooks.d/sro-hook.json"
+HOOKS_D_NAME = "sro-hook.json"
+HOOKS_D_FILE = f"hooks.d/{HOOKS_D_NAME}"
+MIN_HOOK_PYTHON = (3, 11)
 CDI_DIR = "cdi"
 MANIFEST = "manifest.json"
 MANIFEST_KIND = "sro.dev/runtime-files"
@@ -76,11 +89,19 @@ class Settings:
     mode: str = "hook"  # the wrapper's: add the hook (hook) or write the devices into the spec (cdi)
     dev_root: str = "/dev"  # host directory standing for /dev
     stage: str = "prestart"  # the hooks.d entry's stage
+    crio_hooks_dir: str = ""  # also put the hooks.d entry here (CRI-O's hooks_dir), "" for none
 
     def __post_init__(self) -> None:
         for what, path in (("--python", self.python), ("--runc", self.runc), ("the host dir", self.host_dir)):
             if not os.path.isabs(path):
                 raise InstallError(f"{what} must be an absolute path, got {path!r}")
+        if self.crio_hooks_dir and (
+            not os.path.isabs(self.crio_hooks_dir)
+            or os.path.normpath(self.crio_hooks_dir) != self.crio_hooks_dir
+        ):
+            raise InstallError(
+                f"--crio-hooks-dir must be a normalised absolute path, got {self.crio_hooks_dir!r}"
+            )
         if self.mode not in MODES:
             raise InstallError(f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         if self.stage not in STAGES:
@@ -93,7 +114,7 @@ class Settings:
 
 
 _CAMEL = {"host_dir": "hostDir", "python": "python", "runc": "runc", "mode": "mode"}
-_CAMEL |= {"dev_root": "devRoot", "stage": "stage"}
+_CAMEL |= {"dev_root": "devRoot", "stage": "stage", "crio_hooks_dir": "crioHooksDir"}
 _SNAKE = {v: k for k, v in _CAMEL.items()}
 
 
@@ -107,6 +128,7 @@ class Manifest:
     files: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # e.g. why a recipe has no CDI spec
     owners: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # recipe -> who installed it
+    external: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # absolute path -> meta
 
     def to_json(self) -> str:
         doc = {
@@ -121,6 +143,8 @@ class Manifest:
             "files": {path: dict(meta) for path, meta in sorted(self.files.items())},
             "notes": list(self.notes),
         }
+        if self.external:
+            doc["external"] = {path: dict(meta) for path, meta in sorted(self.external.items())}
         return json.dumps(doc, indent=2) + "\n"
 
     @classmethod
@@ -135,8 +159,14 @@ class Manifest:
         files = {str(k): {str(a): str(b) for a, b in v.items()} for k, v in doc.get("files", {}).items()}
         for path in files:
             _check_relative(path)
+        external = {
+            str(k): {str(a): str(b) for a, b in v.items()} for k, v in doc.get("external", {}).items()
+        }
+        for path in external:
+            _check_external(path)
         settings = Settings(**{_SNAKE[k]: str(v) for k, v in doc["settings"].items() if k in _SNAKE})
-        return cls(settings, recipes, files, tuple(str(n) for n in doc.get("notes", ())), owners)
+        notes = tuple(str(n) for n in doc.get("notes", ()))
+        return cls(settings, recipes, files, notes, owners, external)
 
 
 @dataclass(frozen=True)
@@ -149,6 +179,15 @@ def _check_relative(path: str) -> str:
     parts = path.split("/")
     if os.path.isabs(path) or not path or any(p in ("", ".", "..") for p in parts):
         raise ValueError(f"manifest lists {path!r}: not a plain relative path")
+    return path
+
+
+def _check_external(path: str) -> str:
+    """An external file must be a hooks.d entry of ours: the manifest never names any other file."""
+    if not os.path.isabs(path) or os.path.normpath(path) != path or os.path.basename(path) != HOOKS_D_NAME:
+        raise ValueError(
+            f"manifest lists the external file {path!r}: not a {HOOKS_D_NAME} at an absolute path"
+        )
     return path
 
 
@@ -196,6 +235,55 @@ def check_python(settings: Settings, host_root: str) -> str:
             "apt-get install python3-minimal) or name another with --python"
         )
     return seen
+
+
+_PYTHON_NAME = re.compile(r"python(\d+)\.(\d+)$")
+_PYTHON_LIB = re.compile(r"python(\d+)\.(\d+)")
+
+
+def host_python_version(host_root: str, python: str) -> tuple[int, int] | None:
+    """The version of the host's interpreter read from its files, without running it (it may be
+    another distribution's, linked against another libc): the name it resolves to (python3 ->
+    python3.11), else the one python3.N library directory next to it; None when that does not say."""
+    seen = on_host(host_root, python)
+    if not os.path.isfile(seen):
+        return None
+    m = _PYTHON_NAME.search(os.path.basename(seen))
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    prefix = os.path.dirname(os.path.dirname(seen))
+    found = set()
+    for lib in ("lib", "lib64"):
+        try:
+            names = os.listdir(os.path.join(prefix, lib))
+        except OSError:
+            continue
+        for name in names:
+            m = _PYTHON_LIB.fullmatch(name)
+            if m and os.path.isfile(os.path.join(prefix, lib, name, "os.py")):
+                found.add((int(m.group(1)), int(m.group(2))))
+    return found.pop() if len(found) == 1 else None
+
+
+def check_live_hook_python(settings: Settings, host_root: str) -> None:
+    """Before a hooks.d entry goes where CRI-O runs it for every container: the interpreter must be
+    known to run the hook (InstallError otherwise, with what to do)."""
+    version = host_python_version(host_root, settings.python)
+    need = ".".join(map(str, MIN_HOOK_PYTHON))
+    where = f"{settings.crio_hooks_dir}/{HOOKS_D_NAME}"
+    if version is None:
+        raise InstallError(
+            f"cannot tell the version of {settings.python} from its files, and {where} would run it for "
+            f"every container on this node (it needs {need} or later): nothing was written; name an "
+            "interpreter whose file name says its version (e.g. --python=/usr/bin/python3.11)"
+        )
+    if version < MIN_HOOK_PYTHON:
+        raise InstallError(
+            f"{settings.python} is Python {version[0]}.{version[1]}; the OCI hook needs {need} or later, "
+            f"and {where} would run it for every container on this node: nothing was written. RHCOS "
+            f"ships none ({version[0]}.{version[1]} at most): layer python{need} onto the node and name it "
+            f"with --python (the SpecialResource's spec.runtime.args), or run without --crio-hooks-dir"
+        )
 
 
 def try_python(python: str, archive: str) -> str:
@@ -395,11 +483,50 @@ def _remove(root: str, rel: str, log: Log) -> None:
         parent = os.path.dirname(parent)
 
 
+def external_files(settings: Settings, shared: Mapping[str, File | None]) -> dict[str, File]:
+    """The live hooks.d entry in CRI-O's directory (absolute path -> the same file as ours), if asked."""
+    entry = shared.get(HOOKS_D_FILE)
+    if not settings.crio_hooks_dir or entry is None:
+        return {}
+    return {os.path.join(settings.crio_hooks_dir, HOOKS_D_NAME): entry}
+
+
+def _remove_external(path: str, meta: Mapping[str, str], log: Log) -> None:
+    """Remove a live hooks.d entry we wrote (the same bytes); the directory is CRI-O's and stays."""
+    try:
+        if os.path.islink(path) or not os.path.isfile(path):
+            if os.path.lexists(path):
+                log(f"left {path}: not a regular file any more")
+            return
+        with open(path, "rb") as f:
+            same = _sha256(f.read()) == meta.get("sha256")
+    except OSError as e:
+        log(f"left {path}: {e.strerror}")
+        return
+    if not same:
+        log(f"left {path}: changed since sro wrote it")
+        return
+    os.unlink(path)
+    log(f"removed {path}")
+
+
 def _apply(
-    root: str, old: Manifest | None, new: Manifest, files: Mapping[str, File | None], log: Log
+    root: str,
+    old: Manifest | None,
+    new: Manifest,
+    files: Mapping[str, File | None],
+    log: Log,
+    external: Mapping[str, File] | None = None,
 ) -> Manifest:
     """Write `files` (None: keep the file as the old manifest has it), remove what the old manifest
-    lists and `files` does not, then write (or, with no recipes left, remove) the manifest."""
+    lists and `files` does not, then write (or, with no recipes left, remove) the manifest.
+
+    The external (live) hooks.d entries go first and come last: one that is no longer wanted is
+    removed before anything else, a new one written only after the archive it names."""
+    external = external or {}
+    old_external = old.external if old is not None else {}
+    for path in sorted(set(old_external) - set(external)):
+        _remove_external(path, old_external[path], log)
     listed: dict[str, Mapping[str, str]] = {}
     for rel, f in files.items():
         if f is None:
@@ -409,9 +536,13 @@ def _apply(
         path = os.path.join(root, rel)
         log(f"{'wrote' if write_atomic(path, f) else 'unchanged'} {path}")
         listed[rel] = {"sha256": _sha256(f.data), "mode": f"{f.mode:04o}"}
+    external_listed: dict[str, Mapping[str, str]] = {}
+    for path, f in sorted(external.items()):
+        log(f"{'wrote' if write_atomic(path, f) else 'unchanged'} {path}")
+        external_listed[path] = {"sha256": _sha256(f.data), "mode": f"{f.mode:04o}"}
     for rel in sorted(set(old.files) - set(listed) if old is not None else ()):
         _remove(root, rel, log)
-    result = Manifest(new.settings, new.recipes, listed, new.notes, new.owners)
+    result = Manifest(new.settings, new.recipes, listed, new.notes, new.owners, external_listed)
     if new.recipes:
         write_atomic(os.path.join(root, MANIFEST), File(result.to_json().encode()))
     elif os.path.lexists(os.path.join(root, MANIFEST)):
@@ -442,6 +573,8 @@ def install(
     if not recipes:
         raise InstallError("no recipe to install")
     check_python(settings, host_root)
+    if settings.crio_hooks_dir:
+        check_live_hook_python(settings, host_root)
     if not os.path.isfile(on_host(host_root, settings.runc)):
         log(f"warning: no runc at {settings.runc} on this node: the launcher {LAUNCHER_NAME} cannot work")
     with _Locked(root):
@@ -467,7 +600,8 @@ def install(
                 log(made)
             else:
                 files[made[0]] = made[1]
-        return _apply(root, old, Manifest(settings, merged, {}, tuple(notes), owners), files, log)
+        live = external_files(settings, files)
+        return _apply(root, old, Manifest(settings, merged, {}, tuple(notes), owners), files, log, live)
 
 
 def _checked_archive(root: str, settings: Settings, archive: File | None) -> str:
@@ -555,4 +689,5 @@ def uninstall(
             _leave_passthrough(root, old.settings.runc, log)
             old = replace(old, files={k: v for k, v in old.files.items() if k != LAUNCHER_NAME})
         notes = tuple(n for n in old.notes if n.split(":", 1)[0] in left)
-        return _apply(root, old, Manifest(old.settings, left, {}, notes, owners), files, log)
+        live = external_files(old.settings, files)
+        return _apply(root, old, Manifest(old.settings, left, {}, notes, owners), files, log, live)

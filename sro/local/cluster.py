@@ -7,6 +7,7 @@ either ends with a Ready node or stops everything it started and says why (with 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -21,7 +22,8 @@ from sro.api.names import RUNTIME_LAUNCHER
 from sro.api.recipes import SIMULATED_GPU
 from sro.api.specialresource import simulated_opt_in_label
 from sro.local import cleanup, supervisor
-from sro.local.components import Component, NodeFacts, admin_kubeconfig, components
+from sro.local.components import ApiLimits, Component, NodeFacts, admin_kubeconfig, components
+from sro.local.hollow import HollowNodes
 from sro.local.images import ensure_base_images
 from sro.local.kubebuild import ensure_kubernetes
 from sro.local.layout import KUBERNETES_SERVICE_IP, RUNTIME_HANDLER, Layout
@@ -48,6 +50,8 @@ PREREQUISITES = {
 
 
 RUNC = "/usr/sbin/runc"
+# Restarted in place by `up` when their flags changed (the API rate limits): neither holds state.
+RESTARTABLE = ("kube-controller-manager", "kube-scheduler")
 
 
 class ClusterError(RuntimeError):
@@ -147,7 +151,53 @@ class LocalCluster:
         return out
 
     def _components(self, bindir: Path) -> tuple[Component, ...]:
-        return components(self.layout, self.node, bindir)
+        return components(self.layout, self.node, bindir, self.api_limits())
+
+    # ---- API rate limits of the controller-manager and scheduler (scale runs) -----------------
+    @property
+    def _limits_path(self) -> Path:
+        return self.layout.config / "api-limits.json"
+
+    def api_limits(self) -> ApiLimits:
+        """The limits `up` starts them with: the last ones asked for (defaults: none asked)."""
+        try:
+            doc = json.loads(self._limits_path.read_text())
+            return ApiLimits(int(doc.get("qps", 0)), int(doc.get("burst", 0)))
+        except (OSError, ValueError, AttributeError):
+            return ApiLimits()
+
+    def set_api_limits(self, qps: int | None, burst: int | None) -> ApiLimits:
+        """Remember new limits (None: keep that one; 0: the default) for `up` to apply."""
+        old = self.api_limits()
+        new = ApiLimits(old.qps if qps is None else qps, old.burst if burst is None else burst)
+        if new != old:
+            self._limits_path.parent.mkdir(parents=True, exist_ok=True)
+            self._limits_path.write_text(json.dumps({"qps": new.qps, "burst": new.burst}) + "\n")
+        return new
+
+    def _flags_changed(self) -> list[str]:
+        """Running daemons of RESTARTABLE whose command line is not the one `up` would start."""
+        out = []
+        for comp in self._components(self.layout.bin):
+            proc = supervisor.running(self.layout, comp.name) if comp.name in RESTARTABLE else None
+            if proc is not None and supervisor.cmdline(proc.pid) != comp.argv:
+                out.append(comp.name)
+        return out
+
+    # ---- hollow nodes ----------------------------------------------------------------------------
+    def hollow(self) -> HollowNodes:
+        return HollowNodes(self.layout, self.layout.bin)
+
+    def scale_hollow(
+        self, count: int | None, config_text: str | None, progress: Progress = _quiet
+    ) -> list[str]:
+        """`count` hollow nodes (None: as many as run now) with the config (None: the saved one)."""
+        bindir = ensure_kubernetes(self.layout, progress)  # builds kubemark into an older cache
+        self._install_tools(bindir)
+        hollow = HollowNodes(self.layout, bindir)
+        if count is None:
+            count = len(hollow.nodes())
+        return hollow.scale(count, config_text, progress)
 
     # ---- status ------------------------------------------------------------------------------
     def status(self) -> list[tuple[str, str, str]]:
@@ -222,7 +272,7 @@ class LocalCluster:
 
     def ensure_up(self, progress: Progress = _quiet) -> bool:
         """Bring the cluster up unless it already runs healthy; returns whether anything was started."""
-        if self.is_healthy():
+        if self.is_healthy() and not self._flags_changed():
             progress("Local cluster already running and healthy")
             return False
         return self.up(progress)
@@ -249,8 +299,13 @@ class LocalCluster:
             progress(f"Wrote the pass-through launcher {RUNTIME_LAUNCHER} (runc only) for the handler")
         started: list[str] = []
         try:
+            changed = self._flags_changed()
             for comp in self._components(self.layout.bin):
-                if supervisor.running(self.layout, comp.name) is not None:
+                if comp.name in changed:
+                    flags = " ".join(self.api_limits().flags()) or "the default API rate limits"
+                    progress(f"{comp.name}: restarting with {flags}")
+                    supervisor.stop(self.layout, comp.name)
+                elif supervisor.running(self.layout, comp.name) is not None:
                     self._wait_healthy(comp, progress, already=True)
                     continue
                 if supervisor.stale_pidfile(self.layout, comp.name):
@@ -337,6 +392,9 @@ class LocalCluster:
     def down(self, purge: bool = False, progress: Progress = _quiet) -> None:
         """Stop the daemons in reverse start order; containers go while containerd can still kill them."""
         comps = self._components(self.layout.bin)
+        # hollow nodes first, while the API server can still delete their Node objects
+        api_up = supervisor.running(self.layout, "kube-apiserver") is not None
+        self.hollow().stop(progress, delete_nodes=api_up)
         for comp in reversed(comps):
             if comp.name == "containerd" and supervisor.running(self.layout, "containerd") is not None:
                 n = cleanup.remove_containers(self.layout)

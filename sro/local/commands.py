@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import AbstractContextManager
+from pathlib import Path
 
 import click
 from rich.console import Console
@@ -12,8 +13,10 @@ from rich.table import Table
 
 from sro import progress
 from sro.local.cluster import ClusterError, LocalCluster
+from sro.local.hollowconfig import DEFAULT_CONFIG, HollowConfigError, parse_config
 from sro.local.images import ImageError
 from sro.local.kubebuild import BuildError
+from sro.local.layout import Ports
 from sro.progress import Progress
 
 console = Console(stderr=True)
@@ -21,7 +24,7 @@ console = Console(stderr=True)
 
 def steps(title: str) -> AbstractContextManager[Progress]:
     """Progress for long steps; a cluster, image or build error ends the command in one line."""
-    return progress.steps(console, title, (ClusterError, ImageError, BuildError))
+    return progress.steps(console, title, (ClusterError, ImageError, BuildError, HollowConfigError))
 
 
 @click.group()
@@ -42,11 +45,80 @@ def local(ctx: click.Context) -> None:
 
 
 @local.command()
-def up() -> None:
+@click.option(
+    "--hollow-nodes",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Run exactly N hollow nodes (kubemark: a real kubelet with a fake runtime) beside the real "
+    "node; 0 stops them. Without it, hollow nodes already running are left as they are.",
+)
+@click.option(
+    "--hollow-config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="The hollow nodes' labels, taints, capacity, kernels/OSes and failure rules (YAML; "
+    "`sro local hollow-config` prints the default). Default: the last one given.",
+)
+@click.option(
+    "--kube-api-qps",
+    type=click.IntRange(min=0),
+    default=None,
+    help="API requests per second the controller-manager and scheduler may make (0: their defaults, "
+    "20 and 50). Kept until changed; running daemons are restarted with it.",
+)
+@click.option(
+    "--kube-api-burst",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Their API request burst (0: their defaults, 30 and 100).",
+)
+def up(
+    hollow_nodes: int | None,
+    hollow_config: Path | None,
+    kube_api_qps: int | None,
+    kube_api_burst: int | None,
+) -> None:
     """Start the cluster (idempotent: a running healthy cluster is left as it is)."""
+    config_text = None
+    if hollow_config is not None:
+        config_text = hollow_config.read_text()
+        try:
+            parse_config(config_text)
+        except HollowConfigError as e:
+            raise click.BadParameter(str(e), param_hint="--hollow-config") from e
+    cluster = LocalCluster.default()
     with steps("Bringing the local cluster up") as progress:
-        LocalCluster.default().ensure_up(progress)
+        limits = cluster.set_api_limits(kube_api_qps, kube_api_burst)
+        cluster.ensure_up(progress)
+        if limits.flags():
+            progress(f"API rate limits: {limits.describe()}")
+        if hollow_nodes is not None or config_text is not None:
+            names = cluster.scale_hollow(hollow_nodes, config_text, progress)
+            if names:
+                progress(f"{len(names)} hollow nodes Ready: {_span(names)}")
     click.echo('Ready. Use it with: eval "$(sro local env)"; kubectl get nodes')
+
+
+def _span(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]}"
+
+
+@local.command("hollow-config")
+def hollow_config() -> None:
+    """Print the default hollow node config (a start for --hollow-config)."""
+    click.echo(DEFAULT_CONFIG, nl=False)
+
+
+@local.command("rules-server", hidden=True)
+@click.option(
+    "--config", "config", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True
+)
+@click.option("--port", type=click.IntRange(1, 65535), default=Ports().hollow_rules, show_default=True)
+def rules_server(config: Path, port: int) -> None:
+    """The hollow nodes' failure rules for operand probes (started by `up --hollow-nodes`)."""
+    from sro.local.rulesserver import serve
+
+    serve(config, port)
 
 
 @local.command()
@@ -81,6 +153,25 @@ def status() -> None:
         out.print(cluster.death_report(name), markup=False, highlight=False, soft_wrap=True)
     if dead:
         out.print(f"\nRun `sro local up` to restart {', '.join(dead)} (what still runs is kept as it is).")
+    hollow = cluster.hollow()
+    nodes = hollow.nodes()
+    if nodes:
+        ready_hollow = hollow.ready_nodes()
+        config = hollow.config()
+        htable = Table(title=f"hollow nodes ({len(nodes)}; failure rules on port {hollow.rules_port()})")
+        for col in ("node", "process", "kubelet port", "kernel / OS", "Ready"):
+            htable.add_column(col, overflow="fold")
+        for n in nodes:
+            i = int(n.name.rsplit("-", 1)[1]) if n.name.rsplit("-", 1)[-1].isdigit() else 0
+            system = config.system(i) if config.systems else None
+            htable.add_row(
+                n.name,
+                f"[green]pid {n.pid}[/green]" if n.pid else "[red]dead[/red]",
+                str(n.port),
+                f"{system.kernel} / {system.os_id} {system.os_version}" if system else "",
+                "yes" if n.name in ready_hollow else "[red]no[/red]",
+            )
+        out.print(htable)
     up = all(state == "running" for _, state, _ in rows)
     ready = up and cluster.node_ready()
     click.echo(f"node {cluster.node_name}: {'Ready' if ready else 'not ready'}")

@@ -62,6 +62,37 @@ class NodeFacts:
     ip: str
 
 
+# The API rate limits Kubernetes 1.20 gives the controller-manager and the scheduler by default:
+# they bound how fast DaemonSet pods appear and are bound (scale runs raise them: `sro local up
+# --kube-api-qps/--kube-api-burst`).
+DEFAULT_API_LIMITS = {"kube-controller-manager": (20, 30), "kube-scheduler": (50, 100)}
+
+
+@dataclass(frozen=True)
+class ApiLimits:
+    """--kube-api-qps/--kube-api-burst for the controller-manager and the scheduler; 0: their default."""
+
+    qps: int = 0
+    burst: int = 0
+
+    def flags(self) -> tuple[str, ...]:
+        out = []
+        if self.qps:
+            out.append(f"--kube-api-qps={self.qps}")
+        if self.burst:
+            out.append(f"--kube-api-burst={self.burst}")
+        return tuple(out)
+
+    def effective(self, component: str) -> tuple[int, int]:
+        qps, burst = DEFAULT_API_LIMITS[component]
+        return (self.qps or qps, self.burst or burst)
+
+    def describe(self) -> str:
+        return "; ".join(
+            f"{c}: qps {q}, burst {b}" for c in DEFAULT_API_LIMITS for q, b in [self.effective(c)]
+        )
+
+
 def kubeconfig(server: str, pki: Path, cert: str, user: str) -> str:
     """A kubeconfig that authenticates with a client certificate from our CA."""
     doc = {
@@ -150,7 +181,9 @@ def cni_conflist() -> str:
     )
 
 
-def components(layout: Layout, node: NodeFacts, bindir: Path) -> tuple[Component, ...]:
+def components(
+    layout: Layout, node: NodeFacts, bindir: Path, limits: ApiLimits = ApiLimits()
+) -> tuple[Component, ...]:
     """Every daemon, in start order (each depends only on those before it)."""
     pki, p, cfg = layout.pki, layout.ports, layout.config
     api = f"https://127.0.0.1:{p.apiserver}"
@@ -238,6 +271,7 @@ def components(layout: Layout, node: NodeFacts, bindir: Path) -> tuple[Component
             f"--cluster-signing-cert-file={pki / 'ca.crt'}",
             f"--cluster-signing-key-file={pki / 'ca.key'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
+            *limits.flags(),
             "--v=1",
         ),
         Health(url=f"https://127.0.0.1:{p.controller_manager}/healthz", tls=True),
@@ -257,6 +291,7 @@ def components(layout: Layout, node: NodeFacts, bindir: Path) -> tuple[Component
             f"--tls-private-key-file={pki / 'scheduler.key'}",
             "--port=0",
             "--leader-elect=false",
+            *limits.flags(),
             "--v=1",
         ),
         Health(url=f"https://127.0.0.1:{p.scheduler}/healthz", tls=True),

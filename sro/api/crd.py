@@ -28,6 +28,58 @@ from sro.api.specialresource import (
 )
 
 _STR = {"type": "string"}
+_PORT = {"x-kubernetes-int-or-string": True}
+
+
+def _probe_schema(kind: str) -> dict[str, Any]:
+    """A container probe as Kubernetes spells it (one handler and its timings)."""
+    return {
+        "type": "object",
+        "description": f"Replaces the container's {kind} probe, e.g. an httpGet on a health endpoint "
+        "(hollow nodes: http://sro-hollow-rules:<port>/healthy/<state>, see `sro local up --hollow-nodes`).",
+        "properties": {
+            "httpGet": {
+                "type": "object",
+                "required": ["port"],
+                "properties": {
+                    "host": _STR,
+                    "path": _STR,
+                    "port": _PORT,
+                    "scheme": {"type": "string", "enum": ["HTTP", "HTTPS"]},
+                    "httpHeaders": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["name", "value"],
+                            "properties": {"name": _STR, "value": _STR},
+                        },
+                    },
+                },
+            },
+            "tcpSocket": {
+                "type": "object",
+                "required": ["port"],
+                "properties": {"host": _STR, "port": _PORT},
+            },
+            "exec": {"type": "object", "properties": {"command": {"type": "array", "items": _STR}}},
+            "initialDelaySeconds": {"type": "integer", "minimum": 0},
+            "periodSeconds": {"type": "integer", "minimum": 1},
+            "timeoutSeconds": {"type": "integer", "minimum": 1},
+            "successThreshold": {"type": "integer", "minimum": 1},
+            "failureThreshold": {"type": "integer", "minimum": 1},
+        },
+    }
+
+
+_VALIDATION_TIMEOUT = {
+    "timeoutSeconds": {
+        "type": "integer",
+        "minimum": 0,
+        "maximum": 86400,
+        "description": "How long a validation pod may run before it is failed (its activeDeadlineSeconds; "
+        "0: 300).",
+    }
+}
 
 
 def _state_schema(
@@ -53,6 +105,8 @@ def _state_schema(
                 "limits": {"type": "object", "additionalProperties": {"x-kubernetes-int-or-string": True}},
             },
         },
+        "readinessProbe": _probe_schema("readiness"),
+        "livenessProbe": _probe_schema("liveness"),
     }
     props.update(extra or {})
     return {"type": "object", "description": description, "default": {}, "properties": props}
@@ -88,7 +142,9 @@ def spec_schema() -> dict[str, Any]:
             "upgradePolicy": upgrade_policy_schema(),
         },
         DEVICE_PLUGIN: {"config": {"type": "string", "description": "The plugin's config.yaml."}},
+        DRIVER_VALIDATION: dict(_VALIDATION_TIMEOUT),
         DEVICE_PLUGIN_VALIDATION: {
+            **_VALIDATION_TIMEOUT,
             "cudaSample": {
                 "type": "string",
                 "description": "nvidia-gpu: the CUDA program the workload check runs (default: vectorAdd "

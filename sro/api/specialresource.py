@@ -108,7 +108,8 @@ def longest_label_name(sr: str) -> str:
 
 @dataclass(frozen=True)
 class StateSpec:
-    """What every state lets an admin set: on/off, the container image, args, env, resources."""
+    """What every state lets an admin set: on/off, the container image, args, env, resources, the
+    container's probes, and (validation states) how long a validation pod may run."""
 
     enabled: bool = True
     image: str = ""  # empty: the operator's own image
@@ -116,6 +117,9 @@ class StateSpec:
     args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     resources: Mapping[str, Any] = field(default_factory=dict)
+    readiness_probe: Mapping[str, Any] = field(default_factory=dict)  # replaces the container's
+    liveness_probe: Mapping[str, Any] = field(default_factory=dict)  # replaces the container's
+    timeout_seconds: int = 0  # validation states: the pod's activeDeadlineSeconds; 0: 300
 
 
 @dataclass(frozen=True)
@@ -251,6 +255,40 @@ def _strings(doc: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+PROBE_HANDLERS: Final = ("httpGet", "tcpSocket", "exec")
+PROBE_TIMINGS: Final = (
+    "initialDelaySeconds",
+    "periodSeconds",
+    "timeoutSeconds",
+    "successThreshold",
+    "failureThreshold",
+)
+VALIDATION_TIMEOUT_MAX: Final = 86_400
+
+
+def _probe(doc: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
+    """A Kubernetes container probe: exactly one handler (httpGet, tcpSocket or exec) and timings."""
+    probe = _mapping(doc, key, where)
+    if not probe:
+        return {}
+    at = f"{where}.{key}"
+    handlers = [h for h in PROBE_HANDLERS if h in probe]
+    if len(handlers) != 1:
+        raise SpecError(f"{at}: needs exactly one of {', '.join(PROBE_HANDLERS)}")
+    unknown = sorted(set(probe) - {*PROBE_HANDLERS, *PROBE_TIMINGS})
+    if unknown:
+        raise SpecError(f"{at}: unknown field(s) {', '.join(unknown)}")
+    handler = _mapping(probe, handlers[0], at)
+    if handlers[0] in ("httpGet", "tcpSocket") and not isinstance(handler.get("port"), (int, str)):
+        raise SpecError(f"{at}.{handlers[0]}.port: required (a number or a port name)")
+    if handlers[0] == "exec":
+        _strings(handler, "command", f"{at}.exec")
+    for t in PROBE_TIMINGS:
+        if t in probe:
+            _int(probe, t, at, 0 if t == "initialDelaySeconds" else 1, 86_400)
+    return dict(probe)
+
+
 def _state_spec(doc: Mapping[str, Any], where: str, enabled: bool) -> StateSpec:
     env = []
     for i, item in enumerate(doc.get("env") or []):
@@ -264,6 +302,9 @@ def _state_spec(doc: Mapping[str, Any], where: str, enabled: bool) -> StateSpec:
         args=_strings(doc, "args", where),
         env=tuple(env),
         resources=dict(_mapping(doc, "resources", where)),
+        readiness_probe=_probe(doc, "readinessProbe", where),
+        liveness_probe=_probe(doc, "livenessProbe", where),
+        timeout_seconds=_int(doc, "timeoutSeconds", where, 0, VALIDATION_TIMEOUT_MAX, 0),
     )
 
 

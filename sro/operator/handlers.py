@@ -1,9 +1,10 @@
 """kopf glue: one daemon per SpecialResource runs reconcile passes; events wake it; a finalizer cleans up.
 
 Thin on purpose: a pass is `observe` (sro/kube) → `reconcile` (pure) → `carry_out` (sro/kube). The
-daemon sleeps until the plan's requeue time or until a pod of its SpecialResource, or a node's
-labels or taints, change — so a state that becomes ready on a node is acted on within a second,
-and nothing polls faster than it must. A pass that raises is logged and retried; one broken node
+daemon sleeps until the plan's requeue time or until a pod of its SpecialResource, or what the
+reconcile reads of a node (`nodewatch`: its selection, kernel/OS and sro labels, taints, cordon),
+changes — so a state that becomes ready on a node is acted on within a second, a thousand kubelets'
+status updates wake nothing, and nothing polls faster than it must. A pass that raises is logged and retried; one broken node
 never stops the others, because each step of a plan is carried out independently.
 """
 
@@ -22,6 +23,7 @@ from sro.api.recipes import BUILTIN
 from sro.api.specialresource import READY
 from sro.kube.specialresources import SpecialResourceIO
 from sro.operator import metrics
+from sro.operator.nodewatch import NodeWatch
 from sro.operator.reconcile import Plan, reconcile
 
 log = logging.getLogger("sro.operator")
@@ -55,7 +57,7 @@ class Operator:
     def __init__(self, io: SpecialResourceIO) -> None:
         self.io = io
         self.wake: dict[str, asyncio.Event] = {}
-        self._node_seen: dict[str, int] = {}
+        self.nodes = NodeWatch()
         self._generations: dict[str, int] = {}
 
     def generation_changed(self, name: str, generation: int) -> bool:
@@ -80,6 +82,7 @@ class Operator:
         metrics.RECONCILIATIONS.labels(name).inc()
         observed = await self.io.observe(sr)
         plan = reconcile(observed, self.io.namespace)
+        self.nodes.read_by(name, plan.label_keys)
         for line in describe(name, plan):
             log.info("%s: %s", name, line)
         if not plan.deployable:
@@ -95,22 +98,8 @@ class Operator:
         return plan.requeue
 
     def node_changed(self, body: Mapping[str, Any], deleted: bool) -> bool:
-        """Only label and taint changes (and nodes coming and going) matter to the reconcile."""
-        name = body.get("metadata", {}).get("name", "")
-        key = hash(
-            (
-                tuple(sorted((body.get("metadata", {}).get("labels") or {}).items())),
-                repr((body.get("spec") or {}).get("taints")),
-                tuple(sorted((body.get("metadata", {}).get("annotations") or {}).items())),
-            )
-        )
-        if deleted:
-            self._node_seen.pop(name, None)
-            return True
-        if self._node_seen.get(name) == key:
-            return False
-        self._node_seen[name] = key
-        return True
+        """Only what the reconcile reads of a node (and nodes coming and going) wakes a pass."""
+        return self.nodes.changed(body, deleted)
 
 
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -190,6 +179,7 @@ def build_registry(op: Operator) -> kopf.OperatorRegistry:
         if problems:
             raise kopf.TemporaryError(f"cleanup not finished: {'; '.join(problems)}", delay=5)
         metrics.forget(name)
+        op.nodes.forget(name)
         log.info("%s: everything it created is gone", name)
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)

@@ -114,6 +114,7 @@ class Plan:
     rows: tuple[NodeRow, ...] = ()
     requeue: float = 30.0
     deployable: bool = True  # False: the spec cannot work; nothing was planned but the status
+    label_keys: frozenset[str] = frozenset()  # node label keys this reconcile read (what wakes it)
 
 
 def now_utc() -> datetime:
@@ -335,6 +336,7 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
         events=tuple(events),
         rows=tuple(rows),
         requeue=3.0 if busy else 30.0,
+        label_keys=frozenset({*(k for t in terms for k in t), recipe.count_label}),
     )
 
 

@@ -149,6 +149,10 @@ def _customise_container(container: dict[str, Any], st: StateSpec) -> None:
         container["env"] = [*env, *({"name": k, "value": v} for k, v in st.env)]
     if st.resources:
         container["resources"] = copy.deepcopy(dict(st.resources))
+    if st.readiness_probe:
+        container["readinessProbe"] = copy.deepcopy(dict(st.readiness_probe))
+    if st.liveness_probe:
+        container["livenessProbe"] = copy.deepcopy(dict(st.liveness_probe))
 
 
 def decorate(

@@ -217,6 +217,8 @@ class ValidationState(State):
 
     def pod(self, ctx: Context, node: str, inputs: str) -> dict[str, Any]:
         values: dict[str, Any] = {"name": self.pod_name(ctx, node), "node": node, "check": self.check}
+        if ctx.spec.state(self.name).timeout_seconds:
+            values["deadline_seconds"] = ctx.spec.state(self.name).timeout_seconds
         if ctx.spec.cuda_sample:
             values["cuda_sample"] = ctx.spec.cuda_sample
         docs = [d for d in render_state(ctx, self.name, "validation", **values) if d["kind"] == "Pod"]

@@ -1,0 +1,65 @@
+"""Which Node changes wake the operator: only those a reconcile could decide differently on.
+
+Why: a kubelet writes its Node every few seconds (status, heartbeats, images) and at a thousand nodes
+that is hundreds of events a second; waking a pass for each would keep the operator busy re-reading
+a cluster that did not change for it. What a pass reads of a Node is its labels (selection, the NFD
+kernel and OS labels, the recipe's device count, the operator's own labels), sro's annotations, its
+taints and whether it is cordoned, so only those are compared: a node that appears or goes, or one
+whose view changed, wakes; anything else is ignored. Pure, so it is unit-tested on recorded events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from sro.api.names import NFD_PREFIX, PREFIX
+
+# Label prefixes a reconcile always reads: sro's own (state labels, upgrade, opt-in, simulated device
+# counts), NFD's (PCI selection, kernel, OS), and GFD's (nvidia.com/gpu.count and friends).
+WATCHED_PREFIXES = (PREFIX, NFD_PREFIX, "nvidia.com/")
+View = tuple[Any, ...]
+
+
+def view(body: Mapping[str, Any], keys: frozenset[str] = frozenset()) -> View:
+    """What of a Node the operator acts on: labels under the watched prefixes or named in `keys`
+    (SpecialResources' node selectors, custom recipes' labels), sro's annotations, taints, cordon."""
+    md = body.get("metadata") or {}
+    labels = md.get("labels") or {}
+    annotations = md.get("annotations") or {}
+    spec = body.get("spec") or {}
+    return (
+        tuple(sorted((k, v) for k, v in labels.items() if k.startswith(WATCHED_PREFIXES) or k in keys)),
+        tuple(sorted((k, v) for k, v in annotations.items() if k.startswith(PREFIX))),
+        tuple(sorted(repr(sorted(t.items())) for t in spec.get("taints") or ())),
+        bool(spec.get("unschedulable")),
+    )
+
+
+class NodeWatch:
+    """The last view of every node; `changed` says whether an event is worth a reconcile pass."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, int] = {}
+        self._keys: dict[str, frozenset[str]] = {}  # per SpecialResource: label keys its passes read
+        self.keys: frozenset[str] = frozenset()
+
+    def read_by(self, sr: str, keys: Iterable[str]) -> None:
+        """Record the label keys a SpecialResource's reconcile reads (its selector, its recipe's)."""
+        self._keys[sr] = frozenset(k for k in keys if not k.startswith(WATCHED_PREFIXES))
+        self.keys = frozenset().union(*self._keys.values())
+
+    def forget(self, sr: str) -> None:
+        self._keys.pop(sr, None)
+        self.keys = frozenset().union(*self._keys.values())
+
+    def changed(self, body: Mapping[str, Any], deleted: bool) -> bool:
+        name = str((body.get("metadata") or {}).get("name", ""))
+        if deleted:
+            self._seen.pop(name, None)
+            return True
+        key = hash(view(body, self.keys))
+        if self._seen.get(name) == key:
+            return False
+        self._seen[name] = key
+        return True

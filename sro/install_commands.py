@@ -254,9 +254,13 @@ def uninstall(namespace: str, keep_crd: bool, force: bool, timeout: float, kubec
         last = [o for o in objs if o["kind"] in ("CustomResourceDefinition", "Namespace")]
         for obj in reversed([o for o in objs if o not in last]):
             progress(f"{'deleted' if applying.delete(client, obj) else 'absent '} {key(obj)}")
+        kept_nfd = _nfd_crds_to_keep(client)
         for obj in reversed(last):
             if keep_crd and obj["kind"] == "CustomResourceDefinition":
                 progress(f"kept    {key(obj)}")
+                continue
+            if obj["kind"] == "CustomResourceDefinition" and obj["metadata"]["name"] in kept_nfd:
+                progress(f"kept    {key(obj)}: {kept_nfd[obj['metadata']['name']]}")
                 continue
             if applying.delete(client, obj):
                 progress(f"deleted {key(obj)}")
@@ -267,6 +271,23 @@ def uninstall(namespace: str, keep_crd: bool, force: bool, timeout: float, kubec
             "Done. The feature labels discovery published stay on the nodes; "
             "`sro discover --cleanup --node-name NODE` removes them from a node."
         )
+
+
+def _nfd_crds_to_keep(client: Any) -> dict[str, str]:
+    """NFD's CRDs hold the admin's NodeFeatureRules (and NFD itself may be back one day): while any
+    rule exists, deleting them would delete the rules, so they stay (name -> why)."""
+    from sro.api.nfd_crds import nfd_crds
+    from sro.kube.applying import KubeError
+    from sro.kube.nodefeatures import rule_names
+
+    try:
+        rules = rule_names(client)
+    except Exception as e:  # the API away or refusing: say so in one line, delete nothing of NFD's
+        raise KubeError(f"list NodeFeatureRules: {e}") from e
+    if not rules:
+        return {}
+    why = f"{len(rules)} NodeFeatureRule(s) ({', '.join(rules[:5])}) would go with it"
+    return {c["metadata"]["name"]: why for c in nfd_crds()}
 
 
 def _delete_special_resources(

@@ -9,7 +9,8 @@ install values (namespace, image, pull policy): an account or role file must not
 SpecialResource or its recipe (one account serves every recipe), and a file that needs per-resource
 values (a validation pod, a driver DaemonSet) is the operator's to render, not ours. Discovery is
 installed whole, once for the cluster. The CRD is `sro.api.crd.crd()` itself, placed
-after the Namespace (its schema lives in Python, once).
+after the Namespace (its schema lives in Python, once), followed by node-feature-discovery's
+NodeFeature and NodeFeatureRule CRDs (`sro.api.nfd_crds`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import yaml
 
 from sro.api.crd import crd
 from sro.api.names import IMAGE, MANAGED_BY_LABEL, MANAGED_BY_VALUE, NAMESPACE
+from sro.api.nfd_crds import nfd_crds
 from sro.manifests import components, templates
 from sro.operator.rendering import INSTALL_KINDS
 
@@ -139,6 +141,7 @@ def objects(
     found: list[dict[str, Any]] = []
     found += component_objects(OPERATOR, values, None)
     found.append(crd())
+    found += nfd_crds()  # NFD's NodeFeature and NodeFeatureRule, which the operator evaluates
     found += component_objects(DISCOVERY, values, None)
     for component in components():
         if component not in (OPERATOR, DISCOVERY):

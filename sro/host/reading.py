@@ -15,24 +15,13 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 
+from sro.api.problems import Problem as Problem  # re-exported: the readers' findings
 from sro.host.root import HostRoot
 
 # Enough for /proc/cpuinfo of a large machine; anything bigger is not a feature file.
 DEFAULT_LIMIT = 8 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class Problem:
-    """A read that failed or gave something unusable; `path` names the file (or config field)."""
-
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
 
 
 class Recording:

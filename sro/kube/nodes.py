@@ -26,6 +26,7 @@ class NodeMeta:
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     resource_version: str = ""
+    uid: str = ""  # for owner references to the Node (the NodeFeature the agent writes)
 
 
 class NodeApiError(RuntimeError):
@@ -44,6 +45,7 @@ def _meta(node: Any) -> NodeMeta:
         labels=dict(md.labels or {}),
         annotations=dict(md.annotations or {}),
         resource_version=md.resourceVersion or "",
+        uid=md.uid or "",
     )
 
 

@@ -7,9 +7,9 @@ import itertools
 import pytest
 import yaml
 
+from sro.nfd.matching import label_key
+from sro.nfd.rules import BUILTIN_RULES, Expr, Term, parse_rules
 from sro.node.discovery.config import parse_config
-from sro.node.discovery.custom import label_key
-from sro.node.discovery.rules import BUILTIN_RULES, Expr, Term, parse_rules
 
 NFD = "feature.node.kubernetes.io/"
 

@@ -10,14 +10,15 @@ import yaml
 
 from sro.host.reading import Problem
 from sro.host.root import HostRoot
+from sro.nfd.matching import match_value
+from sro.nfd.rules import Rule, parse_expr, parse_rules
+from sro.nfd.templating import render_labels
 from sro.node.discovery.command import discover
 from sro.node.discovery.config import Config, parse_config
-from sro.node.discovery.custom import FeatureView, evaluate, match_value, sources_used
+from sro.node.discovery.custom import FeatureView, evaluate, sources_used
 from sro.node.discovery.features import Features, SourceResult
 from sro.node.discovery.labeling import build_labels, keep_stale
-from sro.node.discovery.rules import Rule, parse_expr, parse_rules
 from sro.node.discovery.sources import SOURCE_NAMES, SOURCES
-from sro.node.discovery.templating import render_labels
 
 NFD = "feature.node.kubernetes.io/"
 HOSTS = Path(__file__).resolve().parent.parent / "hosts"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sro.host.reading import Problem
+from sro.nfd.matching import label_problem
 from sro.node.discovery.config import (
     CPUID_BLACKLIST,
     PCI_CLASS_WHITELIST,
@@ -14,7 +15,7 @@ from sro.node.discovery.config import (
     parse_duration,
 )
 from sro.node.discovery.features import Features, SourceResult
-from sro.node.discovery.labeling import build_labels, keep_stale, label_problem, source_of_key
+from sro.node.discovery.labeling import build_labels, keep_stale, source_of_key
 from sro.node.discovery.sources import SOURCE_NAMES, SOURCES
 
 NFD = "feature.node.kubernetes.io/"

@@ -1,6 +1,9 @@
 """`sro discover`: print this node's feature labels, or keep its Node labelled (a daemon).
 
-Thin glue: parse options, run a pass (`discover`), then print or hand the labels to the publisher.
+Thin glue: parse options, run a pass (`discover`), then print or hand the labels to the publisher;
+with the NodeFeature API on (`--enable-nodefeature-api` or `core.enableNodeFeatureApi`) the raw
+features also go to the node's NodeFeature object, and with `--no-node-labels` (`core.noNodeLabels`)
+the labels go there instead of on the Node, for the operator to apply.
 The daemon never exits on bad input: an invalid config, an odd sysfs entry or an API server that
 went away is a warning naming the field, path or server, and the next pass comes anyway.
 """
@@ -13,19 +16,25 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 import yaml
 
+from sro.api.names import NAMESPACE
 from sro.host.reading import Problem, Recording
 from sro.host.root import HostRoot
 from sro.node.discovery.config import Config, parse_config, parse_duration
+from sro.node.discovery.custom import nfd_features
+from sro.node.discovery.features import SourceResult
 from sro.node.discovery.labeling import Labeling, build_labels, keep_stale
+from sro.node.discovery.nodefeature import node_feature
 from sro.node.discovery.sources import SOURCE_NAMES, SOURCES, scan
 
 if TYPE_CHECKING:
+    from sro.node.discovery.nodefeature import NodeFeatureApi
     from sro.node.discovery.publishing import NodeApi
 
 log = logging.getLogger("sro.discover")
@@ -34,6 +43,22 @@ log = logging.getLogger("sro.discover")
 def discover(host: HostRoot, config: Config, recording: Recording | None = None) -> Labeling:
     """One full discovery pass: every enabled source, then labeling."""
     return build_labels(scan(host, config, SOURCES, recording), config, SOURCES)
+
+
+@dataclass(frozen=True)
+class Publishing:
+    """Where a pass's results go: the Node's labels, the NodeFeature object, or both (options win
+    over the config file's `core.enableNodeFeatureApi` / `core.noNodeLabels`)."""
+
+    nodefeature_api: bool | None = None
+    node_labels: bool | None = None
+    namespace: str = NAMESPACE
+
+    def resolve(self, config: Config) -> tuple[bool, bool]:
+        """(write the NodeFeature, label the Node)."""
+        api = config.enable_nodefeature_api if self.nodefeature_api is None else self.nodefeature_api
+        labels = (not config.no_node_labels) if self.node_labels is None else self.node_labels
+        return api, labels or not api  # without the NodeFeature the labels can only go on the Node
 
 
 class ConfigLoader:
@@ -73,12 +98,63 @@ def _report(labeling: Labeling, seen: set[str]) -> set[str]:
     return now
 
 
+def labeling_node_name(results: tuple[SourceResult, ...]) -> str:
+    """The node's name as discovery found it (`system.name`), for a dry run without --node-name."""
+    for r in results:
+        name = r.features.attributes.get("name", {}).get("nodename") if r.source == "custom" else None
+        if name:
+            return name
+    return "localhost"
+
+
 def _render(labels: dict[str, str], output: str) -> str:
     if output == "json":
         return json.dumps(labels, indent=2, sort_keys=True)
     if output == "yaml":
         return yaml.safe_dump(labels, sort_keys=True, default_flow_style=False).rstrip()
     return "\n".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def nodefeature_doc(
+    node_name: str,
+    namespace: str,
+    results: tuple[SourceResult, ...],
+    labeling: Labeling,
+    *,
+    with_labels: bool,
+    node_uid: str = "",
+) -> dict[str, Any]:
+    return node_feature(
+        node_name, namespace, nfd_features(results), labeling.labels if with_labels else None, node_uid
+    )
+
+
+class NodeFeatureStep:
+    """The NodeFeature half of a pass; an absent CRD is said once and retried every pass."""
+
+    def __init__(self, factory: Callable[[], NodeFeatureApi] | None) -> None:
+        self.factory = factory
+        self.missing_said = False
+
+    def publish(self, doc: dict[str, Any]) -> None:
+        from sro.kube.nodefeatures import NodeFeatureApiError
+        from sro.node.discovery.nodefeature import NodeFeatureWriter
+
+        if self.factory is None:
+            return
+        try:
+            verb = NodeFeatureWriter(self.factory()).publish(doc)
+        except NodeFeatureApiError as e:
+            if not e.missing_crd:
+                raise
+            if not self.missing_said:
+                log.warning("%s; node labels are still published, the NodeFeature is retried every pass", e)
+                self.missing_said = True
+            return
+        self.missing_said = False
+        if verb != "unchanged":
+            md = doc["metadata"]
+            log.info("NodeFeature %s/%s %s", md["namespace"], md["name"], verb)
 
 
 def run_daemon(
@@ -90,34 +166,57 @@ def run_daemon(
     oneshot: bool,
     stop: threading.Event,
     interval: float | None = None,
+    publishing: Publishing = Publishing(),
+    nodefeature_factory: Callable[[], NodeFeatureApi] | None = None,
 ) -> int:
     from sro.node.discovery.publishing import Backoff, Publisher, wait
 
     publisher: Publisher | None = None
     backoff = Backoff(cap=30.0)
     seen: set[str] = set()
+    nodefeatures = NodeFeatureStep(nodefeature_factory)
     while True:
         config = loader.load()
-        labeling = discover(host, config)
+        results = scan(host, config)
+        labeling = build_labels(results, config, SOURCES)
         seen = _report(labeling, seen)
         every = config.sleep_interval if interval is None else interval
         delay = every
         try:
             if publisher is None:
                 publisher = Publisher(api_factory(), node_name)
+            write_object, label_node = publishing.resolve(config)
+            keep = keep_stale(labeling, SOURCE_NAMES)
             if config.no_publish:
                 log.info(
                     "core.noPublish is set: %d label(s) discovered, none published", len(labeling.labels)
                 )
+            elif write_object:
+                node = publisher.read()
+                doc = nodefeature_doc(
+                    node_name,
+                    publishing.namespace,
+                    results,
+                    labeling,
+                    with_labels=not label_node,
+                    node_uid=node.uid,
+                )
+                nodefeatures.publish(doc)
+                if label_node:
+                    publisher.publish(labeling.labels, keep=keep)
+                else:
+                    publisher.handover(labeling.labels, keep=keep)
             else:
-                publisher.publish(labeling.labels, keep=keep_stale(labeling, SOURCE_NAMES))
+                publisher.publish(labeling.labels, keep=keep)
             backoff.reset()
         except Exception as e:  # API server away, bad kubeconfig, RBAC: warn, keep running
-            delay = min(backoff.next(), every) if every > 0 else backoff.next()
-            log.warning("publishing labels to node %s failed: %s; retrying in %gs", node_name, e, delay)
-            publisher = None  # a fresh client next time: re-reads a rotated service-account token
+            message = e.format_message() if isinstance(e, click.ClickException) else str(e)
             if oneshot:
+                log.error("publishing labels to node %s failed: %s", node_name, message)
                 return 1
+            delay = min(backoff.next(), every) if every > 0 else backoff.next()
+            log.warning("publishing labels to node %s failed: %s; retrying in %gs", node_name, message, delay)
+            publisher = None  # a fresh client next time: re-reads a rotated service-account token
         if oneshot:
             return 0
         if wait(stop, delay):
@@ -127,7 +226,7 @@ def run_daemon(
 @click.command("discover")
 @click.option(
     "--host-root",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
     default=Path("/"),
     show_default=True,
     help="Where the node's / is mounted (the DaemonSet uses /host).",
@@ -141,10 +240,10 @@ def run_daemon(
 @click.option(
     "--output",
     "-o",
-    type=click.Choice(["labels", "json", "yaml"]),
+    type=click.Choice(["labels", "json", "yaml", "nodefeature"]),
     default="labels",
     show_default=True,
-    help="Format of the printed labels.",
+    help="Format of the printed labels; nodefeature: the NodeFeature object --publish would write (YAML).",
 )
 @click.option("--features", is_flag=True, help="Print the raw features (JSON) instead of labels.")
 @click.option("--publish", is_flag=True, help="Label this node's Node object, re-scanning every interval.")
@@ -158,6 +257,27 @@ def run_daemon(
     help="Kubeconfig [default: $KUBECONFIG, else in-cluster].",
 )
 @click.option("--sleep-interval", help="Override core.sleepInterval (e.g. 60s, 10s).")
+@click.option(
+    "--enable-nodefeature-api/--disable-nodefeature-api",
+    "nodefeature_api",
+    default=None,
+    help="Also write the raw features as the node's NodeFeature object (nfd.k8s-sigs.io/v1alpha1), "
+    "for NodeFeatureRules [default: core.enableNodeFeatureApi, false].",
+)
+@click.option(
+    "--node-labels/--no-node-labels",
+    "node_labels",
+    default=None,
+    help="--no-node-labels: with the NodeFeature API, put the labels in the NodeFeature for the operator "
+    "to apply instead of labelling the Node [default: core.noNodeLabels, false].",
+)
+@click.option(
+    "--nodefeature-namespace",
+    envvar="POD_NAMESPACE",
+    default=NAMESPACE,
+    show_default=True,
+    help="Namespace of the NodeFeature object [$POD_NAMESPACE].",
+)
 def discover_command(
     host_root: Path,
     config_path: Path | None,
@@ -169,6 +289,9 @@ def discover_command(
     node_name: str | None,
     kubeconfig: str | None,
     sleep_interval: str | None,
+    nodefeature_api: bool | None,
+    node_labels: bool | None,
+    nodefeature_namespace: str,
 ) -> None:
     """Discover this node's features; print NFD-compatible labels or publish them on its Node."""
     host = HostRoot.at(host_root)
@@ -182,6 +305,7 @@ def discover_command(
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="--sleep-interval") from e
 
+    publishing = Publishing(nodefeature_api, node_labels, nodefeature_namespace)
     if publish or cleanup:
         if not node_name:
             raise click.UsageError("--node-name (or $NODE_NAME) is required to publish or clean up")
@@ -192,10 +316,20 @@ def discover_command(
 
             return NodeLabels(sync_client(kubeconfig, timeout=15))
 
+        def nodefeature_factory() -> NodeFeatureApi:
+            from sro.kube.client import sync_client
+            from sro.kube.nodefeatures import NodeFeatureClient
+
+            return NodeFeatureClient(sync_client(kubeconfig, timeout=15))
+
         if cleanup:
+            from sro.kube.nodes import NodeApiError
             from sro.node.discovery.publishing import Publisher
 
-            p = Publisher(api_factory(), node_name).cleanup()
+            try:
+                p = Publisher(api_factory(), node_name).cleanup()
+            except NodeApiError as e:
+                raise click.ClickException(str(e)) from e
             click.echo(f"node {node_name}: removed {len(p.remove_labels)} label(s)")
             return
         logging.getLogger("httpx").setLevel(logging.WARNING)  # one GET per pass is not news
@@ -206,7 +340,17 @@ def discover_command(
             "discovering features of node %s every %s", node_name, sleep_interval or "core.sleepInterval"
         )
         sys.exit(
-            run_daemon(host, loader, node_name, api_factory, oneshot=oneshot, stop=stop, interval=interval)
+            run_daemon(
+                host,
+                loader,
+                node_name,
+                api_factory,
+                oneshot=oneshot,
+                stop=stop,
+                interval=interval,
+                publishing=publishing,
+                nodefeature_factory=nodefeature_factory,
+            )
         )
 
     config = loader.load()
@@ -214,9 +358,16 @@ def discover_command(
         results = scan(host, config)
         click.echo(json.dumps({r.source: r.features.as_dict() for r in results}, indent=2))
         return
-    labeling = discover(host, config)
+    results = scan(host, config)
+    labeling = build_labels(results, config, SOURCES)
     for problem in (*labeling.problems, *labeling.warnings):
         click.echo(f"warning: {problem}", err=True)
+    if output == "nodefeature":
+        node = node_name or labeling_node_name(results)
+        _write_object, label_node = publishing.resolve(config)
+        doc = nodefeature_doc(node, publishing.namespace, results, labeling, with_labels=not label_node)
+        click.echo(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False).rstrip())
+        return
     text = _render(dict(labeling.labels), output)
     if text:
         click.echo(text)

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from sro.host.reading import Problem
-from sro.node.discovery.rules import Rule, parse_rules
+from sro.nfd.rules import Rule, parse_rules
 
 # NFD's defaults (worker-configuration-reference).
 PCI_CLASS_WHITELIST = ("03", "0b40", "12")
@@ -43,6 +43,11 @@ class Config:
     feature_sources: tuple[str, ...] = ("all",)
     label_sources: tuple[str, ...] = ("all",)
     no_publish: bool = False
+    # The NodeFeature API (NFD's `core` options of the same spirit): also write the node's raw
+    # features as a NodeFeature object; with no_node_labels, write the labels there too and leave
+    # the Node to the operator, which applies a NodeFeature's labels (NFD master's model).
+    enable_nodefeature_api: bool = False
+    no_node_labels: bool = False
     pci_class_whitelist: tuple[str, ...] = PCI_CLASS_WHITELIST
     pci_label_fields: tuple[str, ...] = PCI_LABEL_FIELDS
     usb_class_whitelist: tuple[str, ...] = USB_CLASS_WHITELIST
@@ -159,11 +164,19 @@ def parse_config(text: str, where: str = "config") -> Config:
     legacy = f.strings(core, "sources", "core.sources", ("all",), lower=True)
     kwargs["feature_sources"] = f.strings(core, "featureSources", "core.featureSources", legacy, lower=True)
     kwargs["label_sources"] = f.strings(core, "labelSources", "core.labelSources", legacy, lower=True)
-    if "noPublish" in core:
-        if isinstance(core["noPublish"], bool):
-            kwargs["no_publish"] = core["noPublish"]
-        else:
-            f.bad("core.noPublish", f"expected true or false, got {core['noPublish']!r}")
+    for key, arg in (
+        ("noPublish", "no_publish"),
+        ("enableNodeFeatureApi", "enable_nodefeature_api"),
+        ("noNodeLabels", "no_node_labels"),
+    ):
+        if key in core:
+            if isinstance(core[key], bool):
+                kwargs[arg] = core[key]
+            else:
+                f.bad(f"core.{key}", f"expected true or false, got {core[key]!r}")
+    if kwargs.get("no_node_labels") and not kwargs.get("enable_nodefeature_api"):
+        f.bad("core.noNodeLabels", "needs core.enableNodeFeatureApi: true (labels would go nowhere); ignored")
+        kwargs["no_node_labels"] = False
 
     pci = f.section(sources, "pci", "sources.pci")
     kwargs["pci_class_whitelist"] = _hex_list(

@@ -9,20 +9,17 @@ keys and values (an invalid one is dropped with a problem naming it, never sent 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sro.api.names import NFD_PREFIX
 from sro.api.recipes import NVIDIA_GPU, SIMULATED_GPU
 from sro.host.reading import Problem
+from sro.nfd.matching import label_problem
 from sro.node.discovery import custom
 from sro.node.discovery.config import Config
 from sro.node.discovery.features import FeatureSource, SourceResult
 
-_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-_DNS = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 ACCELERATOR_PREFIXES = (NVIDIA_GPU.label_prefix, SIMULATED_GPU.label_prefix)
 
 
@@ -32,18 +29,6 @@ class Labeling:
     degraded: frozenset[str]  # sources with a failed read this pass: keep their old labels
     problems: tuple[Problem, ...]  # failed reads (degrading)
     warnings: tuple[Problem, ...]  # dropped labels, bad config fields, bad lines (not degrading)
-
-
-def label_problem(key: str, value: str) -> str | None:
-    """Why Kubernetes would refuse this label, or None."""
-    prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > 253 or not _DNS.match(prefix)):
-        return f"invalid label prefix {prefix!r}"
-    if not _NAME.match(name):
-        return f"invalid label name {name!r} (at most 63 of [A-Za-z0-9-_.], alphanumeric at both ends)"
-    if not _VALUE.match(value):
-        return f"invalid value {value[:80]!r} (at most 63 of [A-Za-z0-9-_.], alphanumeric at both ends)"
-    return None
 
 
 def source_of_key(key: str, source_names: Sequence[str]) -> str:

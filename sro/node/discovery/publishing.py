@@ -8,6 +8,9 @@ sro published, with NFD's default namespace left out. From it the pure `plan` de
 - a label we published before and no longer discover is removed, unless its source had a failed
   read in this pass (nothing is removed because we could not look);
 - `cleanup` removes every label we own and the record itself.
+- `handover_plan` (with `core.noNodeLabels`, the labels go in the NodeFeature for the operator to
+  apply): keys the operator's record (`sro.dev/nodefeaturerule-owned`) now lists leave ours, labels
+  no longer discovered are removed; the rest stay ours until the operator has taken them.
 The Publisher applies a plan with the node's resourceVersion and re-plans on a conflict; the
 daemon loop survives an API server that goes away (warns, retries with back-off).
 """
@@ -20,12 +23,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from sro.api.names import NFD_PREFIX, sro_label
+from sro.api.names import NFD_PREFIX
 from sro.kube.nodes import NodeApiError, NodeMeta
+from sro.nfd.ownership import (
+    FEATURE_LABELS_ANNOTATION,
+    RULES_OWNED_ANNOTATION,
+    decode_feature_labels,
+    encode_feature_labels,
+)
+from sro.nfd.ownership import decode_owned as decode_rules_owned
 
 log = logging.getLogger(__name__)
 
-OWNED_ANNOTATION = sro_label("feature-labels")
+OWNED_ANNOTATION = FEATURE_LABELS_ANNOTATION
 MAX_CONFLICT_RETRIES = 5
 
 
@@ -42,16 +52,11 @@ class NodeApi(Protocol):
 
 
 def encode_owned(keys: Sequence[str] | set[str]) -> str:
-    return ",".join(sorted(k.removeprefix(NFD_PREFIX) for k in keys))
+    return encode_feature_labels(keys)
 
 
 def decode_owned(value: str) -> set[str]:
-    out = set()
-    for item in value.split(","):
-        item = item.strip()
-        if item:
-            out.add(item if "/" in item else NFD_PREFIX + item)
-    return out
+    return decode_feature_labels(value)
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,37 @@ def plan(node: NodeMeta, desired: Mapping[str, str], keep: Callable[[str], bool]
         owned=tuple(sorted(owned)),
         annotation=annotation,
         foreign=tuple(sorted(foreign)),
+        kept=tuple(kept),
+        record_changed=annotation != record,
+    )
+
+
+def handover_plan(
+    node: NodeMeta, desired: Mapping[str, str], keep: Callable[[str], bool] = lambda _: False
+) -> Plan:
+    """The agent no longer labels the Node (pure): hand each label to the operator, which applies
+    the ones our NodeFeature carries; remove the ones nobody asks for any more."""
+    record = node.annotations.get(OWNED_ANNOTATION)
+    previous = decode_owned(record or "")
+    taken = decode_rules_owned(node.annotations.get(RULES_OWNED_ANNOTATION)).labels
+    owned: set[str] = set()
+    remove, kept = [], []
+    for key in sorted(previous):
+        if key not in node.labels or key in taken:
+            continue  # gone, or the operator's now
+        if key in desired:
+            owned.add(key)  # until the operator takes it
+        elif keep(key):
+            kept.append(key)
+            owned.add(key)
+        else:
+            remove.append(key)
+    annotation = encode_owned(owned) if owned else None
+    return Plan(
+        set_labels={},
+        remove_labels=tuple(remove),
+        owned=tuple(sorted(owned)),
+        annotation=annotation,
         kept=tuple(kept),
         record_changed=annotation != record,
     )
@@ -166,6 +202,20 @@ class Publisher:
                 more,
             )
         return p
+
+    def handover(self, desired: Mapping[str, str], keep: Callable[[str], bool] = lambda _: False) -> Plan:
+        p = self._apply(lambda node: handover_plan(node, desired, keep))
+        if p.changed:
+            log.info(
+                "node %s: labels left to the operator (core.noNodeLabels): %d still ours, %d removed",
+                self.node_name,
+                len(p.owned),
+                len(p.remove_labels),
+            )
+        return p
+
+    def read(self) -> NodeMeta:
+        return self.api.read(self.node_name)
 
     def cleanup(self) -> Plan:
         return self._apply(cleanup_plan)

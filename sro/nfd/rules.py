@@ -1,11 +1,14 @@
-"""NFD custom rules (`sources.custom` of the worker config): the rule model, its parser, NFD's built-ins.
+"""NFD's feature rules: the rule model, its parser, NFD's built-ins.
 
+One language, two places: the worker's custom rules (`sources.custom` and `custom.d` files, read by
+the discovery agent) and the `spec.rules` of NodeFeatureRule objects (read by the operator), which
+may also set annotations, extended resources, taints and `varsTemplate` (`nodefeaturerule=True`).
 Why a parser of its own: an admin brings the rules they wrote for NFD, and a typo in one rule must
 cost that rule only. Every error names the field as written (`sources.custom[2].matchFeatures[0]
 .matchExpressions.vendor.op`) and the rule is skipped; the others and the built-ins still apply.
 Both of NFD's formats are read: `matchFeatures`/`matchAny` expressions, and the legacy `matchOn`
 (pciId, usbId, loadedKMod, cpuId, kConfig, nodename), which is translated into expressions here
-so that evaluation knows one format only.
+so that evaluation knows one format only. Pure: no I/O, so both sides may import it.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ from typing import Any
 
 import yaml
 
-from sro.host.reading import Problem
-from sro.node.discovery.templating import compile_template
+from sro.api.problems import Problem
+from sro.nfd.templating import compile_template
 
 FLAG, ATTRIBUTE, INSTANCE = "flag", "attribute", "instance"
 
@@ -41,6 +44,9 @@ OPS = ("In", "NotIn", "InRegexp", "Exists", "DoesNotExist", "Gt", "Ge", "Lt", "L
 NO_VALUES = ("Exists", "DoesNotExist", "IsTrue", "IsFalse")
 ONE_OR_MORE = ("In", "NotIn", "InRegexp")
 NUMERIC = {"Gt": 1, "Ge": 1, "Lt": 1, "Le": 1, "GtLt": 2, "GeLe": 2}
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+# Namespaces under kubernetes.io that NFD lets rules write to (labels, annotations, resources, taints).
+ALLOWED_K8S_NS = ("feature.node.kubernetes.io", "profile.node.kubernetes.io")
 _VERSION = re.compile(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?")
 
 
@@ -72,6 +78,18 @@ class Term:
 
 
 @dataclass(frozen=True)
+class Taint:
+    """`taints[i]` of a NodeFeatureRule rule: a node taint (value optional)."""
+
+    key: str
+    effect: str
+    value: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.key}{'=' + self.value if self.value else ''}:{self.effect}"
+
+
+@dataclass(frozen=True)
 class Rule:
     name: str
     where: str  # the field path, for messages: `sources.custom[2]` or `builtin`
@@ -80,6 +98,18 @@ class Rule:
     labels_template: str = ""
     match_features: tuple[Term, ...] = ()
     match_any: tuple[tuple[Term, ...], ...] = ()
+    # NodeFeatureRule only (the worker's custom rules refuse them, as NFD's worker does)
+    annotations: tuple[tuple[str, str], ...] = ()
+    extended_resources: tuple[tuple[str, str], ...] = ()
+    taints: tuple[Taint, ...] = ()
+    vars_template: str = ""
+
+    @property
+    def produces_nothing(self) -> bool:
+        return not (
+            self.labels or self.vars or self.labels_template or self.vars_template
+            or self.annotations or self.extended_resources or self.taints
+        )  # fmt: skip
 
     @property
     def features(self) -> frozenset[str]:
@@ -116,8 +146,10 @@ BUILTIN_RULES: tuple[Rule, ...] = (
 )
 
 
-def parse_rules(value: object, where: str = "sources.custom") -> tuple[tuple[Rule, ...], tuple[Problem, ...]]:
-    """The `sources.custom` list -> good rules, and one problem per bad rule (which is skipped)."""
+def parse_rules(
+    value: object, where: str = "sources.custom", *, nodefeaturerule: bool = False
+) -> tuple[tuple[Rule, ...], tuple[Problem, ...]]:
+    """A list of rules -> good rules, and one problem per bad rule (which is skipped)."""
     if value is None:
         return (), ()
     if not isinstance(value, list):
@@ -127,18 +159,19 @@ def parse_rules(value: object, where: str = "sources.custom") -> tuple[tuple[Rul
     for i, item in enumerate(value):
         path = f"{where}[{i}]"
         try:
-            rule = parse_rule(item, path)
+            rule = parse_rule(item, path, nodefeaturerule=nodefeaturerule)
         except RuleError as e:
             name = item.get("name") if isinstance(item, Mapping) else None
             which = f"rule {name!r}" if isinstance(name, str) and name else "rule"
             problems.append(Problem(e.path, f"{e}; {which} skipped"))
             continue
-        if not rule.labels and not rule.vars and not rule.labels_template:
-            problems.append(
-                Problem(
-                    path, f"rule {rule.name!r} has no labels, labelsTemplate or vars; it produces nothing"
-                )
+        if rule.produces_nothing:
+            what = (
+                "labels, labelsTemplate, annotations, extendedResources, taints, vars or varsTemplate"
+                if nodefeaturerule
+                else "labels, labelsTemplate or vars"
             )
+            problems.append(Problem(path, f"rule {rule.name!r} has no {what}; it produces nothing"))
         rules.append(rule)
     return tuple(rules), tuple(problems)
 
@@ -153,33 +186,34 @@ def parse_rules_file(text: str, where: str) -> tuple[tuple[Rule, ...], tuple[Pro
     return parse_rules(doc, where)
 
 
-def parse_rule(doc: object, path: str) -> Rule:
+def parse_rule(doc: object, path: str, *, nodefeaturerule: bool = False) -> Rule:
+    """One rule; RuleError names the first bad field. `nodefeaturerule`: NodeFeatureRule's fields
+    (annotations, extendedResources, taints, varsTemplate) and any feature name (NodeFeature
+    objects of other vendors bring their own) are accepted."""
     if not isinstance(doc, Mapping):
         raise RuleError(path, f"expected a mapping with `name` and `matchFeatures`, got {type(doc).__name__}")
     name = doc.get("name")
     if not isinstance(name, str) or not name.strip():
         raise RuleError(f"{path}.name", "required: a non-empty string")
     if any(k.lower() == "matchon" for k in doc if isinstance(k, str)):
+        if nodefeaturerule:
+            raise RuleError(
+                f"{path}.matchOn", "the legacy matchOn format is for the worker's custom rules only"
+            )
         return _parse_legacy(doc, name, path)
     known = {"name", "labels", "labelsTemplate", "vars", "varsTemplate", "matchFeatures", "matchAny",
              "annotations", "taints", "extendedResources"}  # fmt: skip
     for key in doc:
         if key not in known:
             raise RuleError(f"{path}.{key}", "unknown field")
-    for key in ("annotations", "taints", "extendedResources", "varsTemplate"):
-        if doc.get(key):
-            raise RuleError(
-                f"{path}.{key}", "not available in the worker's custom rules (NodeFeatureRule only)"
-            )
+    if not nodefeaturerule:
+        for key in ("annotations", "taints", "extendedResources", "varsTemplate"):
+            if doc.get(key):
+                raise RuleError(
+                    f"{path}.{key}", "not available in the worker's custom rules (NodeFeatureRule only)"
+                )
     labels = _string_map(doc.get("labels"), f"{path}.labels")
-    template = doc.get("labelsTemplate") or ""
-    if not isinstance(template, str):
-        raise RuleError(f"{path}.labelsTemplate", f"expected a string, got {type(template).__name__}")
-    if template:
-        try:
-            compile_template(template)
-        except ValueError as e:
-            raise RuleError(f"{path}.labelsTemplate", str(e)) from None
+    template = _template(doc, "labelsTemplate", path)
     match_any = doc.get("matchAny") or []
     if not isinstance(match_any, list):
         raise RuleError(f"{path}.matchAny", f"expected a list, got {type(match_any).__name__}")
@@ -187,16 +221,74 @@ def parse_rule(doc: object, path: str) -> Rule:
     for j, item in enumerate(match_any):
         if not isinstance(item, Mapping) or set(item) - {"matchFeatures"}:
             raise RuleError(f"{path}.matchAny[{j}]", "expected a mapping with only `matchFeatures`")
-        groups.append(_terms(item.get("matchFeatures"), f"{path}.matchAny[{j}].matchFeatures"))
+        groups.append(
+            _terms(item.get("matchFeatures"), f"{path}.matchAny[{j}].matchFeatures", nodefeaturerule)
+        )
     return Rule(
         name.strip(),
         path,
         labels=labels,
         vars=_string_map(doc.get("vars"), f"{path}.vars"),
         labels_template=template,
-        match_features=_terms(doc.get("matchFeatures"), f"{path}.matchFeatures"),
+        match_features=_terms(doc.get("matchFeatures"), f"{path}.matchFeatures", nodefeaturerule),
         match_any=tuple(groups),
+        annotations=_string_map(doc.get("annotations"), f"{path}.annotations"),
+        extended_resources=_string_map(doc.get("extendedResources"), f"{path}.extendedResources"),
+        taints=_taints(doc.get("taints"), f"{path}.taints"),
+        vars_template=_template(doc, "varsTemplate", path),
     )
+
+
+def _template(doc: Mapping[str, Any], key: str, path: str) -> str:
+    template = doc.get(key) or ""
+    if not isinstance(template, str):
+        raise RuleError(f"{path}.{key}", f"expected a string, got {type(template).__name__}")
+    if template:
+        try:
+            compile_template(template)
+        except ValueError as e:
+            raise RuleError(f"{path}.{key}", str(e)) from None
+    return template
+
+
+def reserved_namespace(key: str) -> bool:
+    """Kubernetes' own namespaces (`kubernetes.io`, `k8s.io` and below), but for NFD's two."""
+    ns = key.split("/", 1)[0] if "/" in key else ""
+    return ns.endswith(("kubernetes.io", "k8s.io")) and not any(
+        ns == a or ns.endswith("." + a) for a in ALLOWED_K8S_NS
+    )
+
+
+def _taints(value: object, path: str) -> tuple[Taint, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise RuleError(path, f"expected a list of {{key, value, effect}}, got {type(value).__name__}")
+    out = []
+    for i, item in enumerate(value):
+        where = f"{path}[{i}]"
+        if not isinstance(item, Mapping):
+            raise RuleError(where, "expected a mapping with `key`, `effect` and optionally `value`")
+        for k in item:
+            if k not in ("key", "value", "effect"):
+                raise RuleError(f"{where}.{k}", "unknown field")
+        key = item.get("key")
+        if not isinstance(key, str) or not key:
+            raise RuleError(f"{where}.key", "required: a non-empty string")
+        if "/" not in key:
+            raise RuleError(
+                f"{where}.key", f"{key!r} has no namespace (e.g. example.com/{key}); NFD refuses it"
+            )
+        if reserved_namespace(key):
+            raise RuleError(f"{where}.key", f"{key!r}: namespace reserved by Kubernetes")
+        effect = item.get("effect")
+        if effect not in TAINT_EFFECTS:
+            raise RuleError(f"{where}.effect", f"expected one of {', '.join(TAINT_EFFECTS)}, got {effect!r}")
+        raw = item.get("value")
+        if isinstance(raw, Mapping | list):
+            raise RuleError(f"{where}.value", f"expected a string, got {raw!r}")
+        out.append(Taint(key, str(effect), "" if raw is None else _scalar(raw)))
+    return tuple(out)
 
 
 def _string_map(value: object, path: str) -> tuple[tuple[str, str], ...]:
@@ -216,26 +308,28 @@ def _scalar(v: object) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
-def _terms(value: object, path: str) -> tuple[Term, ...]:
+def _terms(value: object, path: str, any_feature: bool = False) -> tuple[Term, ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
         raise RuleError(path, f"expected a list, got {type(value).__name__}")
-    return tuple(_term(item, f"{path}[{i}]") for i, item in enumerate(value))
+    return tuple(_term(item, f"{path}[{i}]", any_feature) for i, item in enumerate(value))
 
 
-def _term(doc: object, path: str) -> Term:
+def _term(doc: object, path: str, any_feature: bool = False) -> Term:
     if not isinstance(doc, Mapping):
         raise RuleError(path, "expected a mapping with `feature` and `matchExpressions`")
     for key in doc:
         if key not in ("feature", "matchExpressions", "matchName"):
             raise RuleError(f"{path}.{key}", "unknown field")
     feature = doc.get("feature")
-    if not isinstance(feature, str) or feature not in FEATURES:
+    if any_feature and isinstance(feature, str) and feature.strip():
+        feature = feature.strip()
+    elif not isinstance(feature, str) or feature not in FEATURES:
         raise RuleError(
             f"{path}.feature", f"unknown feature {feature!r} (known: {', '.join(sorted(FEATURES))})"
         )
-    kind = FEATURES[feature]
+    kind = FEATURES.get(feature)
     exprs = doc.get("matchExpressions") or {}
     if not isinstance(exprs, Mapping):
         raise RuleError(

@@ -1,0 +1,216 @@
+"""node-feature-discovery's API objects, NodeFeature and NodeFeatureRule: their names and CRDs.
+
+Why sro installs NFD's own group and kinds (`nfd.k8s-sigs.io/v1alpha1`) rather than its own: admins
+and vendors' operators already ship NodeFeatureRules and write NodeFeatures; with the same group,
+version and field names (from NFD's published API reference) they apply unchanged. NodeFeature is
+namespaced (a node's raw features and labels asked for; the node is named by the label
+`nfd.node.kubernetes.io/node-name`), NodeFeatureRule is cluster-scoped (short name `nfr`). The
+schemas are NFD's shape; the operator's parser (`sro.nfd.rules`) checks what a schema cannot
+(regular expressions, numbers, namespaces) and skips one bad rule, never the others.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+NFD_GROUP: Final = "nfd.k8s-sigs.io"
+NFD_VERSION: Final = "v1alpha1"
+NFD_API_VERSION: Final = f"{NFD_GROUP}/{NFD_VERSION}"
+NODE_FEATURE: Final = "NodeFeature"
+NODE_FEATURES: Final = "nodefeatures"
+NODE_FEATURE_RULE: Final = "NodeFeatureRule"
+NODE_FEATURE_RULES: Final = "nodefeaturerules"
+# The label naming the node a NodeFeature is for (NFD's).
+NODE_NAME_LABEL: Final = "nfd.node.kubernetes.io/node-name"
+MATCH_OPS: Final = (
+    "In", "NotIn", "InRegexp", "Exists", "DoesNotExist", "Gt", "Ge", "Lt", "Le", "GtLt", "GeLe",
+    "IsTrue", "IsFalse",
+)  # fmt: skip
+
+_STR: dict[str, Any] = {"type": "string"}
+# Maps of strings (labels, attribute elements, ...). Their values are not typed in the schema: an empty
+# string is a real value here (a kernel config option set to "", a label with no value), and some
+# API servers' schema validation, this project's local 1.20 build among them, refuses "" for
+# `type: string` as if it were null. The readers (`sro.nfd`) check the values instead.
+_STR_MAP: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+
+
+def _match_expression() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["op"],
+        "properties": {
+            "op": {"type": "string", "enum": list(MATCH_OPS)},
+            "value": {"type": "array", "items": _STR},
+            "type": {"type": "string", "description": "version: compare as major.minor.patch."},
+        },
+    }
+
+
+def _matcher_terms() -> dict[str, Any]:
+    return {
+        "type": "array",
+        "description": "All terms must match (logical AND).",
+        "items": {
+            "type": "object",
+            "required": ["feature"],
+            "properties": {
+                "feature": {"type": "string", "description": "The feature set, e.g. pci.device."},
+                "matchExpressions": {
+                    "type": "object",
+                    "additionalProperties": _match_expression(),
+                    "description": "Per element (attribute, for instances) name: an expression on its value.",
+                },
+                "matchName": {**_match_expression(), "description": "An expression on element names."},
+            },
+        },
+    }
+
+
+def _rule() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["name"],
+        "properties": {
+            "name": _STR,
+            "labels": {**_STR_MAP, "description": "Node labels to set when the rule matches."},
+            "labelsTemplate": {**_STR, "description": "A template expanding to key=value lines of labels."},
+            "annotations": {**_STR_MAP, "description": "Node annotations to set when the rule matches."},
+            "extendedResources": {
+                **_STR_MAP,
+                "description": "Extended resources (node capacity) to advertise.",
+            },
+            "taints": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["key", "effect"],
+                    "properties": {"key": _STR, "value": _STR, "effect": _STR, "timeAdded": _STR},
+                },
+            },
+            "vars": {**_STR_MAP, "description": "Values for later rules (rule.matched), not published."},
+            "varsTemplate": _STR,
+            "matchFeatures": _matcher_terms(),
+            "matchAny": {
+                "type": "array",
+                "description": "At least one must match (logical OR).",
+                "items": {
+                    "type": "object",
+                    "required": ["matchFeatures"],
+                    "properties": {"matchFeatures": _matcher_terms()},
+                },
+            },
+        },
+    }
+
+
+def _features() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": "Raw features, input to NodeFeatureRules.",
+        "properties": {
+            "flags": {
+                "type": "object",
+                "additionalProperties": {
+                    "type": "object",
+                    "required": ["elements"],
+                    "properties": {
+                        "elements": {
+                            "type": "object",
+                            "additionalProperties": {"type": "object"},
+                        }
+                    },
+                },
+            },
+            "attributes": {
+                "type": "object",
+                "additionalProperties": {
+                    "type": "object",
+                    "required": ["elements"],
+                    "properties": {"elements": _STR_MAP},
+                },
+            },
+            "instances": {
+                "type": "object",
+                "additionalProperties": {
+                    "type": "object",
+                    "required": ["elements"],
+                    "properties": {
+                        "elements": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": ["attributes"],
+                                "properties": {"attributes": _STR_MAP},
+                            },
+                        }
+                    },
+                },
+            },
+        },
+    }
+
+
+def _crd(kind: str, plural: str, scope: str, spec: dict[str, Any], short: list[str]) -> dict[str, Any]:
+    names: dict[str, Any] = {
+        "plural": plural,
+        "singular": kind.lower(),
+        "kind": kind,
+        "listKind": f"{kind}List",
+    }
+    if short:
+        names["shortNames"] = short
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{NFD_GROUP}", "labels": {"app.kubernetes.io/managed-by": "sro"}},
+        "spec": {
+            "group": NFD_GROUP,
+            "scope": scope,
+            "names": names,
+            "versions": [
+                {
+                    "name": NFD_VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": _STR,
+                                "kind": _STR,
+                                "metadata": {"type": "object"},
+                                "spec": spec,
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def node_feature_crd() -> dict[str, Any]:
+    spec = {
+        "type": "object",
+        "properties": {
+            "features": _features(),
+            "labels": {**_STR_MAP, "description": "Labels to set on the node directly."},
+        },
+    }
+    return _crd(NODE_FEATURE, NODE_FEATURES, "Namespaced", spec, [])
+
+
+def node_feature_rule_crd() -> dict[str, Any]:
+    spec = {
+        "type": "object",
+        "required": ["rules"],
+        "properties": {"rules": {"type": "array", "items": _rule(), "description": "Evaluated in order."}},
+    }
+    return _crd(NODE_FEATURE_RULE, NODE_FEATURE_RULES, "Cluster", spec, ["nfr"])
+
+
+def nfd_crds() -> list[dict[str, Any]]:
+    """The CustomResourceDefinitions `sro install` adds after the SpecialResource one."""
+    return [node_feature_crd(), node_feature_rule_crd()]

@@ -1,0 +1,157 @@
+"""NodeFeatureRule's own fields in the shared rule parser, NodeFeature objects as data, and the CRDs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sro.api.nfd_crds import MATCH_OPS, node_feature_crd, node_feature_rule_crd
+from sro.installing import objects
+from sro.nfd.matching import FeatureSet
+from sro.nfd.nodefeatures import merge, to_spec
+from sro.nfd.rules import OPS, Taint, parse_rules
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "fixtures" / "nodefeaturerules" / "examples.yaml"
+
+
+def test_nodefeaturerule_fields_parse_and_the_worker_still_refuses_them() -> None:
+    doc = [{
+        "name": "all",
+        "annotations": {"example.com/a": "1"},
+        "extendedResources": {"example.com/r": "@kernel.version.major"},
+        "taints": [{"key": "example.com/t", "effect": "NoSchedule"}, {"key": "example.com/u", "value": True, "effect": "NoExecute"}],
+        "varsTemplate": "{{range .pci.device}}v-{{.vendor}}=1\n{{end}}",
+        "matchFeatures": [{"feature": "vendor.flags", "matchExpressions": {"feature-x": {"op": "Exists"}}}],
+    }]  # fmt: skip
+    (rule,), problems = parse_rules(doc, "spec.rules", nodefeaturerule=True)
+    assert problems == ()
+    assert rule.taints == (Taint("example.com/t", "NoSchedule"), Taint("example.com/u", "NoExecute", "true"))
+    assert rule.annotations == (("example.com/a", "1"),) and rule.vars_template
+    assert rule.match_features[0].feature == "vendor.flags"  # another vendor's NodeFeature feature
+    rules, problems = parse_rules(doc, "sources.custom")
+    assert rules == () and problems[0].path == "sources.custom[0].annotations"
+
+
+@pytest.mark.parametrize(
+    ("taint", "field", "why"),
+    [
+        ({"key": "t", "effect": "NoSchedule"}, "key", "no namespace"),
+        ({"key": "node.kubernetes.io/t", "effect": "NoSchedule"}, "key", "reserved"),
+        ({"key": "example.com/t", "effect": "Sometimes"}, "effect", "NoSchedule"),
+        ({"key": "example.com/t", "effect": "NoSchedule", "when": 1}, "when", "unknown field"),
+    ],
+)
+def test_bad_taints_are_named(taint: dict[str, object], field: str, why: str) -> None:
+    doc = [{"name": "t", "taints": [taint]}]
+    rules, problems = parse_rules(doc, "NodeFeatureRule x spec.rules", nodefeaturerule=True)
+    assert rules == ()
+    assert (
+        problems[0].path == f"NodeFeatureRule x spec.rules[0].taints[0].{field}"
+        and why in problems[0].message
+    )
+
+
+def test_legacy_matchon_is_for_the_worker_only() -> None:
+    doc = [{"name": "old", "matchOn": [{"loadedKMod": ["x"]}]}]
+    assert parse_rules(doc, "r", nodefeaturerule=True)[1][0].path == "r[0].matchOn"
+    assert parse_rules(doc, "r")[0]
+
+
+def test_features_round_trip_and_merge_in_name_order() -> None:
+    features = {
+        "cpu.cpuid": FeatureSet("flag", flags=frozenset({"AVX"})),
+        "kernel.version": FeatureSet("attribute", attrs={"major": "6"}),
+        "pci.device": FeatureSet("instance", instances=({"vendor": "10de"},)),
+    }
+
+    def obj(name: str, spec: dict[str, object], node: str = "n1") -> dict[str, object]:
+        return {"metadata": {"name": name, "namespace": "ns", "labels": {"nfd.node.kubernetes.io/node-name": node}}, "spec": spec}  # fmt: skip
+
+    extra = {"features": {"flags": {"cpu.cpuid": {"elements": {"AVX2": {}}}},
+                          "attributes": {"kernel.version": {"elements": {"major": "7"}}},
+                          "instances": {"pci.device": {"elements": [{"attributes": {"vendor": "8086"}}]}}},
+             "labels": {"x": "2"}}  # fmt: skip
+    bad = {"features": {"instances": {"broken": {"elements": "nope"}}}}
+    merged, problems = merge([obj("b", extra), obj("a", {"features": to_spec(features), "labels": {"x": "1"}}),
+                              obj("c", bad), {"metadata": {"name": "lost", "namespace": "ns"}}])  # fmt: skip
+    n1 = merged["n1"]
+    assert n1.features["cpu.cpuid"].flags == {"AVX", "AVX2"}
+    assert n1.features["kernel.version"].attrs == {"major": "7"}  # the later object wins
+    assert [i["vendor"] for i in n1.features["pci.device"].instances] == ["10de", "8086"]
+    assert n1.labels == {"x": "2"} and n1.sources == ("ns/a", "ns/b", "ns/c")
+    assert sorted(p.path for p in problems) == [
+        "NodeFeature ns/c spec.features.instances.broken",
+        "NodeFeature ns/lost",
+    ]
+
+
+def test_crds_are_nfds_group_kinds_and_scopes_and_installed() -> None:
+    nf, nfr = node_feature_crd(), node_feature_rule_crd()
+    assert nf["metadata"]["name"] == "nodefeatures.nfd.k8s-sigs.io" and nf["spec"]["scope"] == "Namespaced"
+    assert nfr["metadata"]["name"] == "nodefeaturerules.nfd.k8s-sigs.io" and nfr["spec"]["scope"] == "Cluster"
+    assert nfr["spec"]["names"]["shortNames"] == ["nfr"] and nf["spec"]["group"] == "nfd.k8s-sigs.io"
+    assert [v["name"] for v in nf["spec"]["versions"]] == ["v1alpha1"]
+    rule = nfr["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][
+        "rules"
+    ]["items"]
+    assert set(rule["properties"]) == {"name", "labels", "labelsTemplate", "annotations", "extendedResources",
+                                       "taints", "vars", "varsTemplate", "matchFeatures", "matchAny"}  # fmt: skip
+    assert tuple(MATCH_OPS) == OPS  # the schema's enum is the parser's
+    installed = {o["metadata"]["name"] for o in objects() if o["kind"] == "CustomResourceDefinition"}
+    assert installed >= {"nodefeatures.nfd.k8s-sigs.io", "nodefeaturerules.nfd.k8s-sigs.io"}
+
+
+def _fits(schema: Any, value: Any, path: str = "") -> list[str]:
+    """A small structural check of a value against an OpenAPI v3 schema (types, required, enum)."""
+    errors: list[str] = []
+    kind = schema.get("type")
+    if kind == "object":
+        if not isinstance(value, dict):
+            return [f"{path}: not an object"]
+        props = schema.get("properties") or {}
+        extra = schema.get("additionalProperties")
+        errors += [f"{path}.{r}: required" for r in schema.get("required") or [] if r not in value]
+        for k, v in value.items():
+            sub = props.get(k) if isinstance(props, dict) else None
+            if sub is None and isinstance(extra, dict):
+                sub = extra
+            if sub is None and props:
+                errors.append(f"{path}.{k}: unknown (pruned by the API server)")
+            elif sub is not None:
+                errors += _fits(sub, v, f"{path}.{k}")
+    elif kind == "array":
+        if not isinstance(value, list):
+            return [f"{path}: not an array"]
+        for i, v in enumerate(value):
+            errors += _fits(schema["items"], v, f"{path}[{i}]")
+    elif kind == "string":
+        if not isinstance(value, str):
+            errors.append(f"{path}: not a string")
+        elif "enum" in schema and value not in schema["enum"]:
+            errors.append(f"{path}: not one of the enum")
+    return errors
+
+
+def test_the_documented_examples_fit_the_schema() -> None:
+    schema = node_feature_rule_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for doc in yaml.safe_load_all(EXAMPLES.read_text()):
+        assert _fits(schema, {k: v for k, v in doc.items() if k in ("spec",)}) == [], doc["metadata"]["name"]
+
+
+def test_uninstall_keeps_nfds_crds_while_rules_exist() -> None:
+    from sro.install_commands import _nfd_crds_to_keep
+
+    class Client:
+        def __init__(self, names: list[str]) -> None:
+            self.names = names
+
+        def list(self, res: object) -> list[dict[str, Any]]:
+            return [{"metadata": {"name": n}} for n in self.names]
+
+    assert _nfd_crds_to_keep(Client([])) == {}
+    kept = _nfd_crds_to_keep(Client(["vendor-rules"]))
+    assert set(kept) == {"nodefeatures.nfd.k8s-sigs.io", "nodefeaturerules.nfd.k8s-sigs.io"}
+    assert "vendor-rules" in kept["nodefeaturerules.nfd.k8s-sigs.io"]

@@ -153,6 +153,7 @@ def build_registry(op: Operator) -> kopf.OperatorRegistry:
         event = op.event_for(name)
         log.info("%s: watching", name)
         while not stopped:
+            event.clear()  # before the pass: what changes during it wakes the next one
             try:
                 wait = await op.run_pass(name)
             except Exception as e:  # a pass must never kill the daemon: log, count, retry
@@ -160,7 +161,6 @@ def build_registry(op: Operator) -> kopf.OperatorRegistry:
                 metrics.ERRORS.labels(name).inc()
                 wait = 5.0
             await asyncio.sleep(MIN_PASS_INTERVAL)
-            event.clear()
             waiters: set[asyncio.Future[Any]] = {
                 asyncio.ensure_future(event.wait()),
                 asyncio.ensure_future(stopped.wait()),
@@ -182,17 +182,19 @@ def build_registry(op: Operator) -> kopf.OperatorRegistry:
         op.nodes.forget(name)
         log.info("%s: everything it created is gone", name)
 
+    # The event handlers are async so that kopf runs them in the event loop: asyncio.Event.set() is
+    # not safe from the thread a sync handler would run in (a lost wake-up costs a whole requeue).
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    def spec_changed(name: str, meta: Mapping[str, Any], **_: Any) -> None:
+    async def spec_changed(name: str, meta: Mapping[str, Any], **_: Any) -> None:
         if op.generation_changed(name, int(meta.get("generation") or 0)):
             op.poke(name)
 
     @kopf.on.event("", "v1", "pods", labels={SPECIALRESOURCE_LABEL: kopf.PRESENT}, registry=registry)
-    def pod_changed(labels: Mapping[str, str], **_: Any) -> None:
+    async def pod_changed(labels: Mapping[str, str], **_: Any) -> None:
         op.poke(labels.get(SPECIALRESOURCE_LABEL))
 
     @kopf.on.event("", "v1", "nodes", registry=registry)
-    def node_changed(body: Mapping[str, Any], type: str | None, **_: Any) -> None:
+    async def node_changed(body: Mapping[str, Any], type: str | None, **_: Any) -> None:
         if op.node_changed(body, deleted=type == "DELETED"):
             op.poke()
 

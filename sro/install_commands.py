@@ -19,6 +19,7 @@ from rich.console import Console
 
 from sro import progress
 from sro.api.names import IMAGE, NAMESPACE
+from sro.api.openshift import PLATFORMS
 from sro.installing import (
     DEPLOY_COMMAND,
     DEPLOY_PULL_POLICY,
@@ -32,6 +33,7 @@ from sro.installing import (
     to_yaml,
     write_tree,
 )
+from sro.openshift.overlay import OVERLAY_COMMAND
 from sro.progress import Progress
 
 console = Console(stderr=True, soft_wrap=True)  # whole lines: logs and tests read them
@@ -115,6 +117,15 @@ timeout_option = click.option(
 @click.option(
     "--wait/--no-wait", default=True, show_default=True, help="Wait for discovery and the operator to run."
 )
+@click.option(
+    "--platform",
+    type=click.Choice(PLATFORMS),
+    default="kubernetes",
+    show_default=True,
+    help="openshift: also an SCC per operand with its `use` grant, the operator's OpenShift role and its "
+    "ClusterOperator; refused where config.openshift.io is not served. With --output: the "
+    f"deploy/openshift/ overlay alone (`{OVERLAY_COMMAND}`).",
+)
 @timeout_option
 @kubeconfig_option
 def install(
@@ -125,6 +136,7 @@ def install(
     dry_run: bool,
     output: Path | None,
     wait: bool,
+    platform: str,
     timeout: float,
     kubeconfig: str | None,
 ) -> None:
@@ -138,14 +150,22 @@ def install(
         if output is not None:
             if not operator:
                 raise click.UsageError("--output writes the whole install; --no-operator is for a cluster")
-            tree = deploy_tree(namespace, image, pull_policy or DEPLOY_PULL_POLICY)
-            removed = write_tree(tree, output)
+            if platform == "openshift":
+                from sro.openshift.overlay import overlay_tree, write_overlay
+
+                tree = overlay_tree(namespace, image)
+                removed = write_overlay(tree, output)
+            else:
+                tree = deploy_tree(namespace, image, pull_policy or DEPLOY_PULL_POLICY)
+                removed = write_tree(tree, output)
             click.echo(
                 f"wrote {len(tree)} files to {output}"
                 + (f", removed {', '.join(removed)}" if removed else "")
             )
             return
-        objs = objects(namespace, image, pull_policy or pull_policy_for(image), operator=operator)
+        objs = objects(
+            namespace, image, pull_policy or pull_policy_for(image), operator=operator, platform=platform
+        )
     except InstallError as e:
         raise click.ClickException(str(e)) from e
     if dry_run:
@@ -156,6 +176,8 @@ def install(
 
     with steps(f"Installing sro into namespace {namespace}") as progress:
         client = _client(kubeconfig)
+        if platform == "openshift":
+            _require_openshift(client, progress)
         counts: dict[str, int] = {}
         for obj in objs:
             before = applying.get(client, obj)
@@ -250,6 +272,8 @@ def uninstall(namespace: str, keep_crd: bool, force: bool, timeout: float, kubec
         raise click.ClickException(str(e)) from e
     with steps(f"Uninstalling sro from namespace {namespace}") as progress:
         client = _client(kubeconfig)
+        if _is_openshift(client):  # the SCCs, grants and ClusterOperator of --platform openshift too
+            objs = objects(namespace, platform="openshift")
         _delete_special_resources(client, namespace, force, timeout, progress)
         last = [o for o in objs if o["kind"] in ("CustomResourceDefinition", "Namespace")]
         for obj in reversed([o for o in objs if o not in last]):
@@ -271,6 +295,25 @@ def uninstall(namespace: str, keep_crd: bool, force: bool, timeout: float, kubec
             "Done. The feature labels discovery published stay on the nodes; "
             "`sro discover --cleanup --node-name NODE` removes them from a node."
         )
+
+
+def _require_openshift(client: Any, progress: Progress) -> None:
+    """Refuse --platform openshift, before anything is created, where OpenShift's groups are not served."""
+    from sro.kube.openshift import missing_groups
+
+    missing = missing_groups(client)
+    if missing:
+        raise InstallError(
+            f"--platform openshift: this cluster does not serve the API group {' or '.join(missing)}, so it "
+            "is not OpenShift; nothing was created (install without --platform on plain Kubernetes)"
+        )
+    progress("OpenShift: config.openshift.io and security.openshift.io are served")
+
+
+def _is_openshift(client: Any) -> bool:
+    from sro.kube.openshift import missing_groups
+
+    return not missing_groups(client)
 
 
 def _nfd_crds_to_keep(client: Any) -> dict[str, str]:

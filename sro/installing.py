@@ -28,6 +28,7 @@ from sro.api.crd import crd
 from sro.api.names import IMAGE, MANAGED_BY_LABEL, MANAGED_BY_VALUE, NAMESPACE
 from sro.api.nfd_crds import nfd_crds
 from sro.manifests import components, templates
+from sro.openshift.scc import objects as openshift_objects
 from sro.operator.rendering import INSTALL_KINDS
 
 OPERATOR: Final = "operator"
@@ -42,6 +43,7 @@ DEPLOY_PULL_POLICY: Final = "IfNotPresent"
 KIND_ORDER: Final = (
     "Namespace",
     "CustomResourceDefinition",
+    "SecurityContextConstraints",  # --platform openshift: before the accounts that may use them
     "ServiceAccount",
     "ClusterRole",
     "ClusterRoleBinding",
@@ -50,10 +52,12 @@ KIND_ORDER: Final = (
     "ConfigMap",
     "Service",
     "DaemonSet",
+    "ClusterOperator",  # --platform openshift; before the operator, so uninstall deletes it after
     "Deployment",
 )
 CLUSTER_SCOPED: Final = frozenset(
     {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+    | {"SecurityContextConstraints", "ClusterOperator"}
 )
 
 _env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
@@ -127,8 +131,10 @@ def objects(
     image: str = IMAGE,
     pull_policy: str | None = None,
     operator: bool = True,
+    platform: str = "kubernetes",
 ) -> list[dict[str, Any]]:
-    """Everything `sro install` applies, in apply order (`operator=False`: all but the Deployment)."""
+    """Everything `sro install` applies, in apply order (`operator=False`: all but the Deployment;
+    `platform="openshift"`: with the SCCs and grants of `sro.openshift.scc`)."""
     values = {
         "namespace": namespace,
         "image": image,
@@ -146,6 +152,10 @@ def objects(
     for component in components():
         if component not in (OPERATOR, DISCOVERY):
             found += component_objects(component, values, INSTALL_KINDS)
+    if platform == "openshift":
+        found += openshift_objects(namespace)
+    elif platform != "kubernetes":
+        raise InstallError(f"unknown platform {platform!r} (kubernetes or openshift)")
     seen: dict[Key, dict[str, Any]] = {}
     for obj in found:
         k = key(obj)

@@ -29,6 +29,7 @@ async def _run(namespace: str, image: str, metrics_port: int, health_port: int, 
     from sro.operator import metrics
     from sro.operator.handlers import Operator, build_registry
     from sro.operator.nfd_handlers import register as register_nodefeaturerules
+    from sro.operator.openshift_handlers import register as register_openshift
 
     client = async_client()
     if metrics_port:
@@ -49,7 +50,9 @@ async def _run(namespace: str, image: str, metrics_port: int, health_port: int, 
     stop = asyncio.Event()
     running = asyncio.create_task(
         kopf.operator(
-            registry=register_nodefeaturerules(build_registry(op), client),
+            registry=register_openshift(
+                register_nodefeaturerules(build_registry(op), client), client, namespace
+            ),
             standalone=True,
             # our pods live in one namespace (its Role is all the RBAC there is); the SpecialResources
             # and Nodes are cluster-scoped and watched whatever this says

@@ -24,8 +24,8 @@ SCAN = ("upgrade", "0100_holder-scan-pod.yaml")
 
 def _pod(**values: Any) -> dict[str, Any]:
     docs = render("upgrade", **{**VALUES, **values})
-    assert [d["kind"] for d in docs] == ["Pod"]
-    return docs[0]
+    assert [d["kind"] for d in docs] == ["ServiceAccount", "Pod"]
+    return docs[1]
 
 
 @pytest.mark.parametrize(
@@ -40,7 +40,7 @@ def test_holder_scan_pod(recipe: str, root: str) -> None:
     assert meta["annotations"] == {"container.apparmor.security.beta.kubernetes.io/scan": "unconfined"}
     assert spec["hostPID"] is True and spec["nodeName"] == "vm" and spec["restartPolicy"] == "Never"
     assert 30 <= spec["activeDeadlineSeconds"] <= 120
-    assert spec["automountServiceAccountToken"] is False and "serviceAccountName" not in spec
+    assert spec["automountServiceAccountToken"] is False and spec["serviceAccountName"] == "sro-holder-scan"
     assert "hostNetwork" not in spec and "hostIPC" not in spec
     keys = {t["key"] for t in spec["tolerations"]}
     assert keys >= {"node.kubernetes.io/unschedulable", "sro.dev/gpus.not-ready", "CriticalAddonsOnly"}

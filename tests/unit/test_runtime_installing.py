@@ -463,3 +463,15 @@ def test_manifest_refuses_an_external_file_that_is_not_a_hooks_entry(tmp_path: P
     with pytest.raises(InstallError, match="not a manifest sro can read"):
         installing.uninstall(str(root))
     assert Path("/etc/passwd").exists()
+
+
+def test_crio_hooks_dir_may_be_the_roots_own(tmp_path: Path) -> None:
+    """With a MachineConfig pointing CRI-O at sro's hooks.d, --crio-hooks-dir names it: the entry is
+    written once, still guarded by the interpreter check, and removed cleanly."""
+    host, root = _host(tmp_path), tmp_path / "runtime"
+    own = root / "hooks.d"
+    m = _install(root, host, crio_hooks_dir=str(own))
+    assert set(m.external) == {str(own / "sro-hook.json")} and (own / "sro-hook.json").exists()
+    log: list[str] = []
+    installing.uninstall(str(root), log=log.append)
+    assert not (own / "sro-hook.json").exists() and not any(line.startswith(f"left {own}") for line in log)

@@ -254,22 +254,23 @@ def test_a_process_holding_a_device_blocks_the_upgrade_until_it_exits(
 ) -> None:
     device = sorted(Path("/dev").glob("sro-simgpu[0-9]*"))[0]
     code = f"import os, time; fd = os.open({str(device)!r}, os.O_PATH); print('held', flush=True); time.sleep(600)"
-    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        set_version(cluster, "560.0-sim")
+    with subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) as holder:
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+            set_version(cluster, "560.0-sim")
 
-        def blocked() -> bool:
-            rec = record(cluster)
-            return rec is not None and rec.state == "pods-evicted" and f"process {holder.pid}" in rec.reason
+            def blocked() -> bool:
+                rec = record(cluster)
+                return (
+                    rec is not None and rec.state == "pods-evicted" and f"process {holder.pid}" in rec.reason
+                )
 
-        wait_for(f"the upgrade blocked by pid {holder.pid}", blocked, 180, why=lambda: debug(cluster))
-        out = sro(cluster, "upgrade", "status", "--sr", SR)
-        assert str(holder.pid) in out.stdout, out.stdout
-        assert host_driver_version() == "555.0-sim"  # not replaced under the holder
-    finally:
-        holder.kill()
-        holder.wait()
+            wait_for(f"the upgrade blocked by pid {holder.pid}", blocked, 180, why=lambda: debug(cluster))
+            out = sro(cluster, "upgrade", "status", "--sr", SR)
+            assert str(holder.pid) in out.stdout, out.stdout
+            assert host_driver_version() == "555.0-sim"  # not replaced under the holder
+        finally:
+            holder.kill()
     wait_for(
         "the upgrade done",
         lambda: (record(cluster) or Record("", "", "")).state == "done",

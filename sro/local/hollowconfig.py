@@ -48,10 +48,11 @@ namePrefix: hollow
 labels:
   # what discovery publishes on a node with 8 simulated GPUs (discovery cannot run on a hollow node)
   sro.dev/simulated-gpu.count: "8"
-# Taints every hollow node registers with: keeps the cluster's other pods off it; a SpecialResource
-# for hollow nodes lists the toleration in spec.tolerations.
+# Taints every hollow node registers with. NoExecute keeps off every pod that does not tolerate it
+# by name (sro's operator tolerates every NoSchedule taint; discovery tolerates all and runs there,
+# as a fake); a SpecialResource for hollow nodes lists it in spec.tolerations.
 taints:
-  - sro.dev/hollow=true:NoSchedule
+  - sro.dev/hollow=true:NoExecute
 # Extended resources patched into the Node's status.capacity (the scheduler honours them).
 capacity:
   sro.dev/simulated-gpu: "8"

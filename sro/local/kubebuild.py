@@ -88,6 +88,55 @@ def _package_version(package: str) -> str:
     return out.stdout.strip()
 
 
+# Source fixes of our own, each (file, text, replacement, why); their tag is recorded per binary in
+# the manifest, so a cached binary built without a fix is rebuilt on its own.
+SOURCE_FIXES: dict[str, tuple[tuple[str, str, str, str], ...]] = {
+    "kubemark": (
+        (
+            "pkg/kubemark/hollow_kubelet.go",
+            "HostUtil:             hostutil.NewFakeHostUtil(nil),",
+            "HostUtil:             hostutil.NewHostUtil(),",
+            # the fake one says no path exists, so a pod with a hostPath volume of type Directory,
+            # File, Socket or CharDevice (every node agent's) never leaves ContainerCreating; the
+            # real one reads the hollow node's view of this machine (its own /tmp aside)
+            "hostPath type checks against the machine's filesystem",
+        ),
+        (
+            # the hollow kubelet asks this in-process fake directly (not over the fake CRI socket)
+            "staging/src/k8s.io/cri-api/pkg/apis/testing/fake_image_service.go",
+            "\treturn r.Images[image.Image], nil\n",
+            "\tif _, ok := r.Images[image.Image]; !ok {\n"
+            "\t\treturn r.makeFakeImage(image), nil\n"
+            "\t}\n"
+            "\treturn r.Images[image.Image], nil\n",
+            # the fake runtime runs every container but has no images, so a pod whose pull policy is
+            # Never (every localhost/ image here, sro's own included) fails ErrImageNeverPull: every
+            # image is present, as on a node whose images were preloaded
+            "every image present (pull policy Never works)",
+        ),
+    ),
+}
+
+
+def fix_tag(binary: str) -> str:
+    fixes = SOURCE_FIXES.get(binary, ())
+    return hashlib.sha256(repr(fixes).encode()).hexdigest()[:8] if fixes else ""
+
+
+def apply_source_fixes(src: Path, names: tuple[str, ...]) -> list[str]:
+    """Apply SOURCE_FIXES of the binaries being built; returns what was done."""
+    done = []
+    for name in names:
+        for rel, old, new, why in SOURCE_FIXES.get(name, ()):
+            path = src / rel
+            text = path.read_text()
+            if text.count(old) != 1:
+                raise BuildError(f"{rel}: cannot apply the {name} fix ({why}): the source changed")
+            path.write_text(text.replace(old, new))
+            done.append(f"{name}: {why} ({rel})")
+    return done
+
+
 def vendor_fix_tag() -> str:
     """A short digest of the replacement packages' versions: a new version means a new cache."""
     versions = ",".join(f"{pkg}={_package_version(pkg)}" for _, pkg in VENDOR_FIXES)
@@ -144,12 +193,15 @@ def verify(cache_dir: Path, names: tuple[str, ...] = KUBE_BINARIES) -> str | Non
         sums = json.loads(manifest.read_text())["sha256"]
     except (ValueError, KeyError) as e:
         return f"manifest unreadable: {e}"
+    fixes = json.loads(manifest.read_text()).get("fixes", {})
     for name in (*names, "pause.c"):
         path = cache_dir / ("bin" if name != "pause.c" else "src") / name
         if not path.exists():
             return f"{path} missing"
         if _sha256(path) != sums.get(name):
             return f"{path} corrupted (checksum differs from the manifest)"
+        if fixes.get(name, "") != fix_tag(name):
+            return f"{path} built without the current source fixes"
     return None
 
 
@@ -159,12 +211,7 @@ def missing_additions(cache_dir: Path) -> tuple[str, ...]:
     core = tuple(b for b in KUBE_BINARIES if b not in ADDED_BINARIES)
     if verify(cache_dir, core) is not None:
         return ()
-    sums = json.loads((cache_dir / "manifest.json").read_text())["sha256"]
-    return tuple(
-        b
-        for b in ADDED_BINARIES
-        if not (cache_dir / "bin" / b).exists() or _sha256(cache_dir / "bin" / b) != sums.get(b)
-    )
+    return tuple(b for b in ADDED_BINARIES if verify(cache_dir, (b,)) is not None)
 
 
 def ensure_kubernetes(layout: Layout, progress: Progress) -> Path:
@@ -179,7 +226,9 @@ def ensure_kubernetes(layout: Layout, progress: Progress) -> Path:
             return cache_dir / "bin"
         added = missing_additions(cache_dir)
         if added:
-            progress(f"Kubernetes cache {cache_dir} lacks {', '.join(added)}; building only that")
+            progress(
+                f"Kubernetes cache {cache_dir} needs {', '.join(added)} built (missing, or without the current source fixes); building only that"
+            )
             build_into(cache_dir, added, progress)
             return cache_dir / "bin"
         if cache_dir.exists():
@@ -220,6 +269,8 @@ def _compile(work: Path, names: tuple[str, ...], log: Path, progress: Progress, 
     src = work / "src"
     for line in replace_vendored(src):
         progress(f"Vendored {line}")
+    for line in apply_source_fixes(src, names):
+        progress(f"Fixed {line}")
     # GOPATH mode, as Debian's own rules build it.
     gopath = src / ".go"
     (gopath / "src" / "k8s.io").mkdir(parents=True)
@@ -255,7 +306,8 @@ def build(cache_dir: Path, progress: Progress) -> None:
         shutil.copy2(src / "build" / "pause" / "linux" / "pause.c", staging / "src" / "pause.c")
         sums = {name: _sha256(staging / "bin" / name) for name in KUBE_BINARIES}
         sums["pause.c"] = _sha256(staging / "src" / "pause.c")
-        (staging / "manifest.json").write_text(json.dumps({"sha256": sums}, indent=1))
+        fixes = {name: fix_tag(name) for name in KUBE_BINARIES if fix_tag(name)}
+        (staging / "manifest.json").write_text(json.dumps({"sha256": sums, "fixes": fixes}, indent=1))
         staging.rename(cache_dir)  # atomic: a crash mid-build leaves no half cache behind
     progress(f"Kubernetes binaries cached in {cache_dir}")
 
@@ -273,13 +325,15 @@ def build_into(cache_dir: Path, names: tuple[str, ...], progress: Progress) -> N
     with tempfile.TemporaryDirectory(dir=cache_dir.parent, prefix="build-") as tmp:
         out = _built(_compile(Path(tmp), names, log, progress, "about 3 minutes"))
         manifest = cache_dir / "manifest.json"
-        sums = json.loads(manifest.read_text())["sha256"]
+        doc = json.loads(manifest.read_text())
+        sums, fixes = doc["sha256"], doc.get("fixes", {})
         for name in names:
             part = cache_dir / "bin" / f".{name}.part"
             shutil.copy2(out / name, part)
             sums[name] = _sha256(part)
+            fixes[name] = fix_tag(name)
             part.rename(cache_dir / "bin" / name)
         tmp_manifest = cache_dir / ".manifest.json.part"
-        tmp_manifest.write_text(json.dumps({"sha256": sums}, indent=1))
+        tmp_manifest.write_text(json.dumps({"sha256": sums, "fixes": fixes}, indent=1))
         tmp_manifest.rename(manifest)
     progress(f"Added {', '.join(names)} to {cache_dir}")

@@ -24,6 +24,7 @@ from sro.api.specialresource import READY
 from sro.kube.specialresources import SpecialResourceIO
 from sro.operator import metrics
 from sro.operator.nodewatch import NodeWatch
+from sro.operator.observed import SpecialResourceInfo
 from sro.operator.reconcile import Plan, reconcile
 
 log = logging.getLogger("sro.operator")
@@ -80,6 +81,10 @@ class Operator:
         if sr is None or sr.deleting:
             return 5.0
         metrics.RECONCILIATIONS.labels(name).inc()
+        with metrics.PASS_SECONDS.labels(name).time():
+            return await self._pass(name, sr)
+
+    async def _pass(self, name: str, sr: SpecialResourceInfo) -> float:
         observed = await self.io.observe(sr)
         plan = reconcile(observed, self.io.namespace)
         self.nodes.read_by(name, plan.label_keys)

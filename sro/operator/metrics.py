@@ -40,6 +40,13 @@ VALIDATION_SECONDS = Histogram(
     buckets=(5, 10, 20, 30, 60, 120, 300, 600, 1800),
     registry=REGISTRY,
 )
+PASS_SECONDS = Histogram(
+    "sro_operator_pass_seconds",
+    "Wall time of one reconcile pass (observe, reconcile, carry out the plan).",
+    ["specialresource"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+    registry=REGISTRY,
+)
 UPGRADES = Gauge(
     "sro_operator_driver_upgrade_nodes",
     "Nodes per driver-upgrade state (upgrade-required ... done, failed); alert on failed > 0.",

@@ -48,7 +48,7 @@ def test_the_default_config_gives_several_kernels_and_oses_as_nfd_labels() -> No
     assert labels[f"{NFD}system-os_release.VERSION_ID.minor"] == "04"
     assert labels[HOLLOW_LABEL] == "true"
     assert config.capacity == {"sro.dev/simulated-gpu": "8"}
-    assert config.taints == ("sro.dev/hollow=true:NoSchedule",)
+    assert config.taints == ("sro.dev/hollow=true:NoExecute",)
     assert config.failures == ()
     assert config.node_name(4) == "hollow-4"
 

@@ -20,7 +20,8 @@ def _cache(tmp_path: Path) -> Path:
         sums[name] = kubebuild._sha256(tmp_path / "bin" / name)
     (tmp_path / "src" / "pause.c").write_text("int main(){}")
     sums["pause.c"] = kubebuild._sha256(tmp_path / "src" / "pause.c")
-    (tmp_path / "manifest.json").write_text(json.dumps({"sha256": sums}))
+    fixes = {name: kubebuild.fix_tag(name) for name in KUBE_BINARIES if kubebuild.fix_tag(name)}
+    (tmp_path / "manifest.json").write_text(json.dumps({"sha256": sums, "fixes": fixes}))
     return tmp_path
 
 
@@ -160,3 +161,24 @@ def test_a_broken_core_binary_means_a_whole_rebuild(tmp_path: Path) -> None:
     (cache / "bin" / "kubemark").unlink()
     (cache / "bin" / "kubelet").write_bytes(b"")
     assert kubebuild.missing_additions(cache) == ()
+
+
+def test_a_binary_built_without_the_current_source_fix_is_rebuilt_on_its_own(tmp_path: Path) -> None:
+    cache = _cache(tmp_path)
+    doc = json.loads((cache / "manifest.json").read_text())
+    del doc["fixes"]["kubemark"]  # a cache of the first kubemark build
+    (cache / "manifest.json").write_text(json.dumps(doc))
+    assert "without the current source fixes" in (kubebuild.verify(cache) or "")
+    assert kubebuild.missing_additions(cache) == ("kubemark",)
+
+
+def test_source_fixes_apply_once_or_refuse_a_changed_source(tmp_path: Path) -> None:
+    (rel, old, new, _why) = kubebuild.SOURCE_FIXES["kubemark"][0]
+    path = tmp_path / rel
+    path.parent.mkdir(parents=True)
+    path.write_text(f"d := Deps{{\n\t\t{old}\n}}\n")
+    assert kubebuild.apply_source_fixes(tmp_path, ("kubelet",)) == []
+    assert len(kubebuild.apply_source_fixes(tmp_path, ("kubemark",))) == 1
+    assert new in path.read_text() and old not in path.read_text()
+    with pytest.raises(kubebuild.BuildError, match="the source changed"):
+        kubebuild.apply_source_fixes(tmp_path, ("kubemark",))

@@ -172,13 +172,18 @@ def test_a_binary_built_without_the_current_source_fix_is_rebuilt_on_its_own(tmp
     assert kubebuild.missing_additions(cache) == ("kubemark",)
 
 
-def test_source_fixes_apply_once_or_refuse_a_changed_source(tmp_path: Path) -> None:
-    (rel, old, new, _why) = kubebuild.SOURCE_FIXES["kubemark"][0]
-    path = tmp_path / rel
-    path.parent.mkdir(parents=True)
-    path.write_text(f"d := Deps{{\n\t\t{old}\n}}\n")
+def test_source_fixes_apply_to_the_source_or_refuse_a_changed_one(tmp_path: Path) -> None:
+    for rel, old, _new, _why in kubebuild.SOURCE_FIXES["kubemark"]:
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"func f() {{\n{old}\n}}\n")
     assert kubebuild.apply_source_fixes(tmp_path, ("kubelet",)) == []
-    assert len(kubebuild.apply_source_fixes(tmp_path, ("kubemark",))) == 1
-    assert new in path.read_text() and old not in path.read_text()
+    assert len(kubebuild.apply_source_fixes(tmp_path, ("kubemark",))) == len(
+        kubebuild.SOURCE_FIXES["kubemark"]
+    )
+    for rel, _old, new, _why in kubebuild.SOURCE_FIXES["kubemark"]:
+        assert new in (tmp_path / rel).read_text()
+    (rel, old, _new, _why) = kubebuild.SOURCE_FIXES["kubemark"][0]
+    (tmp_path / rel).write_text("func f() {}\n")  # upstream moved on
     with pytest.raises(kubebuild.BuildError, match="the source changed"):
         kubebuild.apply_source_fixes(tmp_path, ("kubemark",))

@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
 from lightkube import Client
 from lightkube.resources.core_v1 import Node, Pod
 from rich.console import Console
@@ -290,15 +291,9 @@ def run() -> list[Figure]:
     try:
         _delete_sr(cluster, client)
         _remove_floor_namespace(client)
-        cluster.kubectl("apply", "-f", str(EXAMPLE))
-        cluster.kubectl(
-            "patch",
-            "sr",
-            SR,
-            "--type=merge",
-            "-p",
-            json.dumps({"spec": {"driver": {"version": VERSIONS[0]}}}),
-        )
+        doc = yaml.safe_load(EXAMPLE.read_text())
+        doc["spec"].setdefault("driver", {})["version"] = VERSIONS[0]  # from the start: no upgrade yet
+        _apply(cluster, doc)
         node = cluster.node_name
         _poll_until(f"{SR} validated", lambda: _labels(client, node).get(validated_label(SR)) == "true", 300)
         cluster.kubectl("create", "namespace", APPS)

@@ -14,7 +14,7 @@ import asyncio
 import hashlib
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from typing import Any
 
 import httpx
@@ -76,6 +76,12 @@ ELSEWHERE_KINDS: Mapping[str, Any] = {
     "LimitRange": LimitRange,
 }
 LOG_TAIL_LINES = 20
+# Pod creations and deletions and node patches of one plan run this many at a time: at 1,000 nodes
+# a step reaches every node, and one request after another would make a pass last minutes.
+CONCURRENCY = 16
+# Nodes and pods are read in pages: a thousand nodes' pods in one response would be decoded whole
+# (tens of MiB of dicts) where a page at a time leaves only the small records behind.
+PAGE = 250
 Errors = (ApiError, httpx.HTTPError, OSError)
 
 
@@ -136,9 +142,9 @@ class SpecialResourceIO:
     async def observe(self, sr: SpecialResourceInfo) -> Observed:
         ns = self.namespace
         selector: dict[str, Any] = {SPECIALRESOURCE_LABEL: sr.name}
-        nodes = [node_from_json(_dict(n)) async for n in self.client.list(Node)]
+        nodes = [node_from_json(_dict(n)) async for n in self.client.list(Node, chunk_size=PAGE)]
         pods: list[PodInfo] = []
-        async for p in self.client.list(Pod, namespace=ns, labels=selector):
+        async for p in self.client.list(Pod, namespace=ns, labels=selector, chunk_size=PAGE):
             info = pod_from_json(_dict(p))
             if info.phase == "Failed" or info.reason in HARD_REASONS or info.restarts >= 3:
                 info = pod_from_json(_dict(p), log=await self._log_tail(info.name))
@@ -241,18 +247,10 @@ class SpecialResourceIO:
         for kind, ns, name in plan.delete_elsewhere:
             failures += not await self._delete(ELSEWHERE_KINDS[kind], name, ns or None)
             log.info("%s: deleted %s %s/%s", sr.name, kind, ns, name)
-        for pod_name in plan.delete_pods:
-            failures += not await self._delete(Pod, pod_name)
-        for pod in plan.create_pods:
-            try:
-                await self.client.create(codecs.from_dict(pod))
-                log.info("%s: created validation pod %s", sr.name, pod["metadata"]["name"])
-            except Errors as e:
-                if _code(e) != 409:
-                    failures += 1
-                    log.warning("%s: could not create pod %s: %s", sr.name, pod["metadata"]["name"], e)
-        for node, patch in plan.node_patches.items():
-            failures += not await self.patch_node(sr.name, node, patch)
+        oks = await _bounded([self._delete(Pod, name) for name in plan.delete_pods])
+        oks += await _bounded([self._create_pod(sr.name, pod) for pod in plan.create_pods])
+        oks += await _bounded([self.patch_node(sr.name, n, patch) for n, patch in plan.node_patches.items()])
+        failures += sum(1 for ok in oks if not ok)
         for namespace, pod_name in plan.evict:
             result = await self.evictor.evict(namespace, pod_name)
             if result.done:
@@ -275,6 +273,16 @@ class SpecialResourceIO:
         if dict(plan.status) != dict(sr.status):
             failures += not await self.patch_status(sr, plan.status)
         return failures
+
+    async def _create_pod(self, sr: str, pod: Mapping[str, Any]) -> bool:
+        try:
+            await self.client.create(codecs.from_dict(dict(pod)))
+            log.info("%s: created validation pod %s", sr, pod["metadata"]["name"])
+        except Errors as e:
+            if _code(e) != 409:
+                log.warning("%s: could not create pod %s: %s", sr, pod["metadata"]["name"], e)
+                return False
+        return True
 
     async def _delete(self, res: Any, name: str, namespace: str | None = "") -> bool:
         try:
@@ -336,7 +344,7 @@ class SpecialResourceIO:
             await self._delete(ELSEWHERE_KINDS[kind], name, ns or None)
         self._applied.clear()  # other SpecialResources re-send theirs once: cheap, and never stale
         problems: list[str] = []
-        async for n in self.client.list(Node):
+        async for n in self.client.list(Node, chunk_size=PAGE):
             info: NodeInfo = node_from_json(_dict(n))
             patch = release(sr, resource, info)
             if patch is not None and not await self.patch_node(sr, info.name, patch):
@@ -353,6 +361,17 @@ class SpecialResourceIO:
                 break
             await asyncio.sleep(1)
         return problems
+
+
+async def _bounded(steps: list[Coroutine[Any, Any, bool]]) -> list[bool]:
+    """Run the steps CONCURRENCY at a time; each says whether it succeeded."""
+    gate = asyncio.Semaphore(CONCURRENCY)
+
+    async def one(step: Coroutine[Any, Any, bool]) -> bool:
+        async with gate:
+            return await step
+
+    return list(await asyncio.gather(*(one(s) for s in steps)))
 
 
 def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

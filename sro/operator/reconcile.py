@@ -35,7 +35,7 @@ from sro.api.specialresource import (
     validated_label,
 )
 from sro.operator import partitioning
-from sro.operator.observed import NodeInfo, Observed, SpecialResourceInfo
+from sro.operator.observed import NodeInfo, Observed, PodInfo, SpecialResourceInfo
 from sro.operator.rendering import Context, RenderError, Term
 from sro.operator.states import STATES, DriverState, State, ValidationState
 from sro.operator.status import NodeRow, build_status
@@ -266,8 +266,13 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
     delete_pods: list[str] = []
     rows: list[NodeRow] = []
     selected_names = {n.name for n in selected}
+    # each node's pods, indexed once: every rule below looks at one node's pods (at 1,000 nodes a
+    # scan of all pods per node and state would be most of a pass)
+    by_node: dict[str, list[PodInfo]] = {}
+    for pod in obs.pods:
+        by_node.setdefault(pod.node, []).append(pod)
     for node in selected:
-        row, patch, creates, deletes = _walk(ctx, chain, node, obs, now)
+        row, patch, creates, deletes = _walk(ctx, chain, node, by_node.get(node.name, []), now)
         rows.append(row)
         if patch is not None:
             patches[node.name] = patch
@@ -278,7 +283,7 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
     pinned: frozenset[str] = frozenset()
     upgrading: UpgradePlan | None = None
     if any(isinstance(s, DriverState) for s in chain):
-        upgrading = _upgrades(ctx, selected, rows, obs, now)
+        upgrading = _upgrades(ctx, selected, rows, obs, by_node, now)
         pinned = upgrading.pinned
         uids = {n.name: n.uid for n in selected}
         for name, step in upgrading.nodes.items():
@@ -341,7 +346,12 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
 
 
 def _upgrades(
-    ctx: Context, selected: Sequence[NodeInfo], rows: Sequence[NodeRow], obs: Observed, now: datetime
+    ctx: Context,
+    selected: Sequence[NodeInfo],
+    rows: Sequence[NodeRow],
+    obs: Observed,
+    by_node: Mapping[str, Sequence[PodInfo]],
+    now: datetime,
 ) -> UpgradePlan:
     """Run the upgrade machine over the selected nodes, with the walk's verdicts."""
     rev_key = driver_revision_label(ctx.sr)
@@ -350,6 +360,7 @@ def _upgrades(
     for w in obs.workloads:
         pods_by_node.setdefault(w.node, []).append(w)
     read = set(obs.workload_nodes)
+    by_name = {p.name: p for p in obs.pods}
     facts = []
     for node in selected:
         row = by_row[node.name]
@@ -359,9 +370,9 @@ def _upgrades(
                 node=node,
                 validated=row.validated,
                 failing=f"{row.failing}: {row.reason} {row.message}".strip() if row.failing else "",
-                driver_ready=driver_ready(node, obs.pods, rev_key),
+                driver_ready=driver_ready(node, by_node.get(node.name, ()), rev_key),
                 workloads=tuple(pods_by_node.get(node.name, ())) if node.name in read else None,
-                scan=next((p for p in obs.pods if p.name == scan_name), None),
+                scan=by_name.get(scan_name),
             )
         )
     return Machine(ctx, driver_revision(ctx), now, stamp(now)).run(facts)
@@ -408,22 +419,22 @@ def _counts(rows: Sequence[NodeRow], chain: Sequence[State]) -> dict[str, int]:
 
 
 def _walk(
-    ctx: Context, chain: Sequence[State], node: NodeInfo, obs: Observed, now: datetime
+    ctx: Context, chain: Sequence[State], node: NodeInfo, pods: Sequence[PodInfo], now: datetime
 ) -> tuple[NodeRow, NodePatch | None, list[dict[str, Any]], list[str]]:
-    """One node's fold over the states: its row, label patch and validation pods."""
+    """One node's fold over the states (`pods`: the node's): its row, label patch and validation pods."""
     sr = ctx.sr
     ready: list[str] = []
     failing = None
     creates: list[dict[str, Any]] = []
     deletes: list[str] = []
     for state in chain:
-        if isinstance(state, ValidationState) and state.needs_new_pod(ctx, node.name, obs.pods, now):
-            current = state.current(ctx, node.name, obs.pods)
+        if isinstance(state, ValidationState) and state.needs_new_pod(ctx, node.name, pods, now):
+            current = state.current(ctx, node.name, pods)
             if current is not None:
                 deletes.append(current.name)  # same name: the new one is created once it is gone
             else:
-                creates.append(state.pod(ctx, node.name, state.inputs(ctx, node.name, obs.pods)))
-        verdict = state.readiness(ctx, node, obs.pods, now)
+                creates.append(state.pod(ctx, node.name, state.inputs(ctx, node.name, pods)))
+        verdict = state.readiness(ctx, node, pods, now)
         if not verdict.ready:
             failing = (state.name, verdict)
             break

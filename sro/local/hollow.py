@@ -33,6 +33,7 @@ from sro.local.hollowconfig import (
     HollowConfig,
     HollowConfigError,
     allocate_ports,
+    cert_spec,
     check_capacity,
     hosts_file,
     parse_config,
@@ -40,7 +41,7 @@ from sro.local.hollowconfig import (
     quantity_patch,
 )
 from sro.local.layout import Layout
-from sro.local.pki import CertSpec, ensure_pki
+from sro.local.pki import ensure_pki
 
 Progress = Callable[[str], None]
 RULES = "hollow-rules"  # the rules server's daemon name (pid file, log)
@@ -166,14 +167,7 @@ class HollowNodes:
     def _start(self, config: HollowConfig, indices: list[int], progress: Progress) -> None:
         pki = self.layout.pki
         (pki / "hollow").mkdir(parents=True, exist_ok=True)
-        specs = tuple(
-            CertSpec(
-                f"hollow/{config.node_name(i)}",
-                f"system:node:{config.node_name(i)}",
-                groups=("system:nodes",),
-            )
-            for i in indices
-        )
+        specs = tuple(cert_spec(config.node_name(i)) for i in indices)
         made = ensure_pki(pki, specs)
         if made:
             progress(f"Issued {len(made)} hollow node client certificates (CA {pki / 'ca.crt'})")

@@ -27,6 +27,7 @@ import yaml
 
 from sro.api.names import NFD_PREFIX
 from sro.api.specialresource import DEVICE_PLUGIN_VALIDATION, DRIVER_VALIDATION, STATE_NAMES
+from sro.local.pki import CertSpec
 
 VALIDATION_STATES = (DRIVER_VALIDATION, DEVICE_PLUGIN_VALIDATION)  # run-to-completion pods
 HOLLOW_LABEL = "sro.dev/hollow"  # =true on every hollow node, whatever the config says
@@ -280,6 +281,12 @@ def node_index(address: str) -> int | None:
     if (a, b) != PROBE_NET or not 1 <= d <= 250:
         return None
     return c * 250 + d - 1
+
+
+def cert_spec(node: str) -> CertSpec:
+    """A hollow kubelet's client certificate: a node's identity, as NodeRestriction expects it
+    (`system:node:<name>` in `system:nodes`); its files are pki/hollow/<node>.{crt,key}."""
+    return CertSpec(f"hollow/{node}", f"system:node:{node}", groups=("system:nodes",))
 
 
 def allocate_ports(count: int, base: int, in_use: Iterable[int], limit: int = 32767) -> list[int]:

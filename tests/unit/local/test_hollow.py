@@ -21,6 +21,7 @@ from sro.local.hollowconfig import (
     HollowConfigError,
     allocate_ports,
     answer,
+    cert_spec,
     check_capacity,
     default_config,
     hosts_file,
@@ -222,3 +223,22 @@ def test_every_state_has_a_probe_path() -> None:
     config = default_config()
     for state in STATE_NAMES:
         assert answer(config, "hollow-0", f"/healthy/{state}")[0] == 200
+
+
+def test_each_hollow_node_gets_a_node_certificate_from_the_cluster_ca(tmp_path: Path) -> None:
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    from sro.local.pki import ensure_pki
+
+    ensure_pki(tmp_path, ())  # the cluster's CA
+    ca = (tmp_path / "ca.crt").read_bytes()
+    (tmp_path / "hollow").mkdir()
+    made = ensure_pki(tmp_path, (cert_spec("hollow-0"), cert_spec("hollow-1")))
+    assert made == ["hollow/hollow-0", "hollow/hollow-1"]
+    assert (tmp_path / "ca.crt").read_bytes() == ca, "the CA is kept"
+    cert = x509.load_pem_x509_certificate((tmp_path / "hollow" / "hollow-1.crt").read_bytes())
+    assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "system:node:hollow-1"
+    assert cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)[0].value == "system:nodes"
+    assert cert.issuer == x509.load_pem_x509_certificate(ca).subject
+    assert ensure_pki(tmp_path, (cert_spec("hollow-0"),)) == []  # kept while valid

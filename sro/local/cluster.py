@@ -50,6 +50,7 @@ PREREQUISITES = {
 
 
 RUNC = "/usr/sbin/runc"
+STALE_DISCOVERY = "the server doesn't have a resource type"  # kubectl, with a stale discovery cache
 # Restarted in place by `up` when their flags changed (the API rate limits): neither holds state.
 RESTARTABLE = ("kube-controller-manager", "kube-scheduler")
 
@@ -138,14 +139,24 @@ class LocalCluster:
         self, *args: str, check: bool = True, input: str | None = None, timeout: float = 120
     ) -> subprocess.CompletedProcess[str]:
         env = dict(os.environ, KUBECONFIG=str(self.kubeconfig))
-        out = subprocess.run(
-            [str(self.kubectl_path()), *args],
-            input=input,
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=timeout,
-        )
+
+        def run() -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [str(self.kubectl_path()), *args],
+                input=input,
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=timeout,
+            )
+
+        out = run()
+        if out.returncode != 0 and STALE_DISCOVERY in out.stderr:
+            # kubectl keeps the API's resource list for 10 minutes (~/.kube/cache/discovery) and
+            # resolves short names (`sr`) from it alone: a CRD installed since is unknown to it. The
+            # cache is stale, not the server: drop it and ask once more with a fresh one.
+            shutil.rmtree(Path.home() / ".kube" / "cache" / "discovery", ignore_errors=True)
+            out = run()
         if check and out.returncode != 0:
             raise ClusterError(f"kubectl {' '.join(args)} failed: {out.stderr.strip() or out.stdout.strip()}")
         return out

@@ -1,0 +1,448 @@
+"""The operator at scale: one SpecialResource walked over N simulated nodes (`benchmarks.simnodes`,
+KWOK-style: Node objects and their pods played by one process; no kubelet), on the real control
+plane of the local cluster.
+
+Per size N (SRO_BENCH_SCALE_NODES, default 10,100,1000), in one run:
+- baseline: six plain DaemonSets (the six pod stages the operator runs per node) created at once on
+  the same N nodes, timed until every one has its N pods Ready — what the controller-manager,
+  scheduler and simulator need to run that many pods with no gating at all;
+- the operator (`sro operator` from this checkout, as a process of this machine, so its memory and
+  CPU are read from /proc; the in-cluster Deployment is scaled to 0 meanwhile): `kubectl apply` to
+  every node validated but one (sim-1's driver fails by a failure rule: it must show failed, and
+  does not count), its passes, peak resident memory and CPU seconds (against the API server's CPU
+  seconds over the same time), the SpecialResource's status size (against a table naming each node
+  once), and the reconcile latency after a node change (p50/p99 of: a node relabelled out of the
+  selector -> its `validated` label taken back, against one LIST of all nodes); the simulator's own
+  memory and CPU are reported apart.
+
+The controller-manager's and scheduler's API rate limits are raised for the run
+(SRO_BENCH_SCALE_QPS/BURST, default 200/400, through `sro local up`'s flags) and put back after;
+they are printed with the results. Needs root and the local cluster; installs sro (idempotent) and
+leaves it installed with its two replicas, and leaves no simulated node, SpecialResource or
+namespace of its own behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from lightkube import ApiError, Client, codecs
+from lightkube.generic_resource import create_global_resource
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.core_v1 import Namespace, Node, Pod
+from lightkube.types import PatchType
+
+from benchmarks.harness import Figure, percentile, rss_mib
+from benchmarks.simnodes import SIM_LABEL
+from sro.api.names import GROUP, KIND, NAMESPACE, PLURAL, SPECIALRESOURCE_LABEL, VERSION
+from sro.api.specialresource import validated_label
+from sro.local.hollowconfig import DEFAULT_CONFIG
+
+ROOT = Path(__file__).resolve().parent.parent
+SR = "scale"
+FLOOR_NS = "sro-bench-scale"
+POOL = "sro.dev/bench-pool"  # in the SpecialResource's nodeSelector: relabelling a node takes it out
+SIZES = [int(n) for n in os.environ.get("SRO_BENCH_SCALE_NODES", "10,100,1000").split(",") if n.strip()]
+QPS = int(os.environ.get("SRO_BENCH_SCALE_QPS", "200"))
+BURST = int(os.environ.get("SRO_BENCH_SCALE_BURST", "400"))
+FAILING = "sim-1"
+STAGES = 6
+LATENCY_SAMPLES = 10
+METRICS_PORT = 18480
+SpecialResource = create_global_resource(GROUP, VERSION, KIND, PLURAL)
+_T0 = time.monotonic()
+
+
+def _progress(message: str) -> None:
+    print(f"[scale bench {time.monotonic() - _T0:7.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+def _poll(what: str, check: Callable[[], bool], timeout: float, every: float = 1.0) -> float:
+    start = time.monotonic()
+    while not check():
+        if time.monotonic() - start > timeout:
+            raise RuntimeError(f"scale benchmark: timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(every)
+    return time.monotonic() - start
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Size:
+    nodes: int
+    baseline: float = 0.0
+    validated: float = 0.0
+    passes: float = 0.0
+    pass_mean: float = 0.0
+    pass_p99: float = 0.0
+    rss_idle: float = 0.0
+    rss_peak: float = 0.0
+    cpu: float = 0.0
+    apiserver_cpu: float = 0.0
+    status_kib: float = 0.0
+    names_kib: float = 0.0
+    latencies: tuple[float, ...] = ()
+    list_seconds: float = 0.0
+    sim_rss: float = 0.0
+    sim_cpu: float = 0.0
+
+
+# ---- the simulator ---------------------------------------------------------------------------------
+class Simulated:
+    def __init__(self, n: int, kubeconfig: Path, workdir: Path) -> None:
+        config = yaml.safe_load(DEFAULT_CONFIG)
+        config["failures"] = [{"node": FAILING, "state": "driver"}]
+        path = workdir / "sim.yaml"
+        path.write_text(yaml.safe_dump(config))
+        self.log = (workdir / f"simnodes-{n}.log").open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.simnodes", "--nodes", str(n), "--config", str(path)],
+            cwd=ROOT,
+            env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("READY"):
+                return
+        raise RuntimeError(f"the simulator exited ({self.proc.wait()}); see {self.log.name}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=180)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+# ---- baseline: plain DaemonSets on the same nodes -----------------------------------------------------
+def _plain_ds(k: int, image: str) -> Any:
+    name = f"plain-{k}"
+    return codecs.from_dict(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": name, "namespace": FLOOR_NS},
+            "spec": {
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {
+                        "nodeSelector": {SIM_LABEL: "true"},
+                        "tolerations": [{"key": SIM_LABEL, "operator": "Exists"}],
+                        "containers": [{"name": "c", "image": image, "command": ["sleep", "infinity"]}],
+                    },
+                },
+            },
+        }
+    )
+
+
+def _baseline(client: Client, n: int, image: str) -> float:
+    client.create(codecs.from_dict({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": FLOOR_NS}}))
+    t0 = time.monotonic()
+    for k in range(STAGES):
+        client.create(_plain_ds(k, image))
+
+    def all_ready() -> bool:
+        dss = list(client.list(DaemonSet, namespace=FLOOR_NS))
+        return len(dss) == STAGES and all(
+            ds.status is not None and ds.status.numberReady == n == ds.status.desiredNumberScheduled
+            for ds in dss
+        )
+
+    _poll(f"{STAGES} plain DaemonSets Ready on {n} nodes", all_ready, 1800)
+    took = time.monotonic() - t0
+    _remove_floor(client)
+    return took
+
+
+def _remove_floor(client: Client) -> None:
+    try:
+        client.delete(Namespace, FLOOR_NS)
+    except ApiError as e:
+        if e.status.code != 404:
+            raise
+
+    def gone() -> bool:
+        try:
+            client.get(Namespace, FLOOR_NS)
+        except ApiError as e:
+            return e.status.code == 404
+        return False
+
+    _poll(f"namespace {FLOOR_NS} gone", gone, 900, 2)
+
+
+# ---- the operator ----------------------------------------------------------------------------------
+def _special_resource() -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "metadata": {"name": SR},
+        "spec": {
+            "recipe": "simulated-gpu",
+            "nodeSelector": {SIM_LABEL: "true", POOL: "a"},
+            "tolerations": [{"key": SIM_LABEL, "operator": "Exists"}],
+        },
+    }
+
+
+def _status(client: Client) -> dict[str, Any]:
+    try:
+        return dict(client.get(SpecialResource, SR).to_dict().get("status") or {})  # type: ignore[attr-defined]
+    except ApiError:
+        return {}
+
+
+def _passes() -> tuple[float, float, float]:
+    """(passes, mean pass seconds, p99 pass seconds as the upper bound of its histogram bucket)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=10) as resp:
+        lines = [ln for ln in resp.read().decode().splitlines() if f'"{SR}"' in ln]
+    values = {ln.rsplit(" ", 1)[0]: float(ln.rsplit(" ", 1)[1]) for ln in lines}
+    count = next((v for k, v in values.items() if k.startswith("sro_operator_pass_seconds_count")), 0.0)
+    total = next((v for k, v in values.items() if k.startswith("sro_operator_pass_seconds_sum")), 0.0)
+    buckets = sorted(
+        (float(k.split('le="', 1)[1].split('"', 1)[0]), v)
+        for k, v in values.items()
+        if k.startswith("sro_operator_pass_seconds_bucket")
+    )
+    p99 = next((le for le, v in buckets if count and v >= 0.99 * count), float("inf"))
+    return count, (total / count if count else 0.0), p99
+
+
+def _label_pool(client: Client, names: list[str], pool: str) -> None:
+    for name in names:
+        client.patch(Node, name, {"metadata": {"labels": {POOL: pool}}}, patch_type=PatchType.MERGE)
+
+
+def _operator_run(client: Client, cluster: Any, n: int, image: str, workdir: Path, apiserver: int) -> Size:
+    size = Size(n)
+    sims = [f"sim-{i}" for i in range(n)]
+    _label_pool(client, sims, "a")
+    log = (workdir / f"operator-{n}.log").open("w")
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "SRO_IMAGE": image}
+    argv = [sys.executable, "-m", "sro", "operator", "--no-leader-election", "--health-port", "0"]
+    op = subprocess.Popen(
+        [*argv, "--metrics-port", str(METRICS_PORT)], cwd=ROOT, env=env, stdout=log, stderr=log
+    )
+    try:
+        time.sleep(5)
+        size.rss_idle = rss_mib(op.pid)
+        cpu0, api0 = _cpu_seconds(op.pid), _cpu_seconds(apiserver)
+        client.create(codecs.from_dict(_special_resource()))
+        peak = [size.rss_idle]
+
+        def validated() -> bool:
+            peak.append(rss_mib(op.pid))
+            return int(_status(client).get("validatedCount") or 0) >= n - 1
+
+        size.validated = _poll(f"{n - 1} of {n} simulated nodes validated", validated, 3600, 2)
+        size.cpu = _cpu_seconds(op.pid) - cpu0
+        size.apiserver_cpu = _cpu_seconds(apiserver) - api0
+        size.passes, size.pass_mean, size.pass_p99 = _passes()
+        status = _status(client)
+        rows = {r["name"]: r for r in status.get("nodes", [])}
+        if rows.get(FAILING, {}).get("failing") != "driver":
+            raise RuntimeError(f"{FAILING} is not shown failing at the driver: {rows.get(FAILING)}")
+        size.status_kib = len(json.dumps(status)) / 1024
+        size.names_kib = len(json.dumps([{"name": s} for s in sims])) / 1024
+        _progress(
+            f"{n} nodes: validated in {size.validated:.1f} s, {size.passes:.0f} passes (mean "
+            f"{size.pass_mean:.2f} s, p99 <= {size.pass_p99:g} s), status {size.status_kib:.1f} KiB"
+        )
+        # reconcile latency: a node relabelled out of the selector -> its validated label taken back
+        lists = []
+        for _ in range(3):
+            t = time.monotonic()
+            list(client.list(Node))
+            lists.append(time.monotonic() - t)
+        size.list_seconds = statistics.median(lists)
+        moved = sims[2 : 2 + min(LATENCY_SAMPLES, n - 2)]
+        latencies = []
+        key = validated_label(SR)
+        for name in moved:
+            t = time.monotonic()
+            _label_pool(client, [name], "b")
+            _poll(
+                f"{name}'s validated label taken back",
+                lambda name=name: key not in (client.get(Node, name).metadata.labels or {}),
+                120,
+                0.05,
+            )  # type: ignore[misc]
+            latencies.append(time.monotonic() - t)
+            peak.append(rss_mib(op.pid))
+        size.latencies = tuple(latencies)
+        size.rss_peak = max(peak)
+        _delete_sr(client)
+    finally:
+        _delete_sr(client)  # when the run failed half-way: while the operator still runs its finalizer
+        op.send_signal(signal.SIGTERM)
+        try:
+            op.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            op.kill()
+            op.wait()
+        log.close()
+    return size
+
+
+def _delete_sr(client: Client) -> None:
+    """Delete the SpecialResource (if there) and wait until it and its pods are gone."""
+
+    def gone() -> bool:
+        try:
+            client.get(SpecialResource, SR)
+        except ApiError as e:
+            if e.status.code != 404:
+                raise
+            return not list(client.list(Pod, namespace=NAMESPACE, labels={SPECIALRESOURCE_LABEL: SR}))
+        return False
+
+    if gone():
+        return
+    try:
+        client.delete(SpecialResource, SR)
+    except ApiError as e:
+        if e.status.code != 404:
+            raise
+    _poll("the SpecialResource and its pods gone", gone, 1800, 2)
+
+
+def _measure(client: Client, cluster: Any, n: int, image: str, workdir: Path) -> Size:
+    from sro.local import supervisor
+
+    api = supervisor.running(cluster.layout, "kube-apiserver")
+    if api is None:
+        raise RuntimeError("kube-apiserver is not running")
+    _progress(f"{n} simulated nodes: starting the simulator")
+    sim = Simulated(n, cluster.kubeconfig, workdir)
+    try:
+        sim_cpu0 = _cpu_seconds(sim.proc.pid)
+        _progress(f"{n} nodes Ready; baseline: {STAGES} plain DaemonSets")
+        baseline = _baseline(client, n, image)
+        _progress(f"{n} nodes: baseline {baseline:.1f} s; the operator")
+        size = _operator_run(client, cluster, n, image, workdir, api.pid)
+        size.baseline = baseline
+        size.sim_rss = rss_mib(sim.proc.pid)
+        size.sim_cpu = _cpu_seconds(sim.proc.pid) - sim_cpu0
+    finally:
+        _remove_floor(client)  # when the run failed half-way: the simulator finalizes the pods
+        sim.stop()
+    _poll("the simulated nodes gone", lambda: not list(client.list(Node, labels={SIM_LABEL: "true"})), 300, 2)
+    return size
+
+
+def _scale_operator(cluster: Any, replicas: int) -> None:
+    cluster.kubectl("-n", NAMESPACE, "scale", "deployment", "sro-operator", f"--replicas={replicas}")
+
+
+def run() -> list[Figure]:
+    from benchmarks.bench_operator import _install
+    from sro.kube.client import sync_client
+    from sro.local.cluster import LocalCluster
+    from sro.local.images import ensure_sro_image
+
+    if os.geteuid() != 0:
+        raise RuntimeError("the scale benchmark needs root (the local cluster, /proc)")
+    cluster = LocalCluster.default()
+    cluster.ensure_up(_progress)
+    before = cluster.api_limits()
+    limits = cluster.set_api_limits(QPS, BURST)
+    cluster.ensure_up(_progress)  # restarts the controller-manager and scheduler with the limits
+    _progress(f"API rate limits: {limits.describe()}")
+    image = ensure_sro_image(cluster, _progress)
+    _install(cluster.kubeconfig, image)
+    client = sync_client(cluster.kubeconfig)
+    sizes: list[Size] = []
+    _scale_operator(cluster, 0)
+    try:
+        with tempfile.TemporaryDirectory(prefix="sro-bench-scale-") as tmp:
+            for n in SIZES:
+                sizes.append(_measure(client, cluster, n, image, Path(tmp)))
+    finally:
+        _scale_operator(cluster, 2)
+        cluster.set_api_limits(before.qps, before.burst)
+        cluster.ensure_up(_progress)
+    print(f"API rate limits during the run: {limits.describe()}", flush=True)
+    figures = []
+    for s in sizes:
+        lat = list(s.latencies)
+        figures += [
+            Figure(
+                f"scale {s.nodes}: apply -> {s.nodes - 1} nodes validated (1 failing)",
+                s.validated,
+                s.baseline,
+                "s",
+                f"{STAGES} plain DaemonSets Ready on the same nodes",
+            ),
+            Figure(f"scale {s.nodes}: reconcile passes", s.passes, float(s.nodes), "passes", "nodes"),
+            Figure(
+                f"scale {s.nodes}: pass time, mean (p99 <= {s.pass_p99:g} s)",
+                s.pass_mean,
+                s.list_seconds,
+                "s",
+                "one LIST of all nodes",
+            ),
+            Figure(
+                f"scale {s.nodes}: operator RSS, peak",
+                s.rss_peak,
+                s.rss_idle,
+                "MiB",
+                "the operator idle, no SpecialResource",
+                "< 150 MiB",
+            ),
+            Figure(
+                f"scale {s.nodes}: operator CPU", s.cpu, s.apiserver_cpu, "s", "kube-apiserver CPU, same time"
+            ),
+            Figure(
+                f"scale {s.nodes}: status size",
+                s.status_kib,
+                s.names_kib,
+                "KiB",
+                "a table naming each node once",
+                "< 256 KiB",
+            ),
+            Figure(
+                f"scale {s.nodes}: node relabelled -> label taken back, p50",
+                percentile(lat, 50),
+                s.list_seconds,
+                "s",
+                "one LIST of all nodes",
+            ),
+            Figure(
+                f"scale {s.nodes}: node relabelled -> label taken back, p99",
+                percentile(lat, 99),
+                s.list_seconds,
+                "s",
+                "one LIST of all nodes",
+                "< 1 s",
+            ),
+            Figure(
+                f"scale {s.nodes}: simulator RSS (apart)", s.sim_rss, s.rss_peak, "MiB", "the operator's peak"
+            ),
+            Figure(f"scale {s.nodes}: simulator CPU (apart)", s.sim_cpu, s.cpu, "s", "the operator's CPU"),
+        ]
+    return figures

@@ -356,7 +356,23 @@ def _measure(client: Client, cluster: Any, n: int, image: str, workdir: Path) ->
 
 
 def _scale_operator(cluster: Any, replicas: int) -> None:
-    cluster.kubectl("-n", NAMESPACE, "scale", "deployment", "sro-operator", f"--replicas={replicas}")
+    cluster.kubectl(
+        "-n", NAMESPACE, "scale", "deployment", "sro-operator", f"--replicas={replicas}", check=False
+    )
+
+
+def _remove_leftovers(client: Client) -> None:
+    """Simulated nodes of a run that was killed (and the pods bound to them): nobody plays them."""
+    left = [n.metadata.name for n in client.list(Node, labels={SIM_LABEL: "true"}) if n.metadata]
+    if not left:
+        return
+    _progress(f"removing {len(left)} simulated nodes left by a run that was killed")
+    for name in left:
+        client.delete(Node, name)
+    names = set(left)
+    for pod in client.list(Pod, namespace="*"):
+        if pod.spec and pod.spec.nodeName in names and pod.metadata:
+            client.delete(Pod, pod.metadata.name, namespace=pod.metadata.namespace, grace_period=0)
 
 
 def run() -> list[Figure]:
@@ -369,16 +385,17 @@ def run() -> list[Figure]:
         raise RuntimeError("the scale benchmark needs root (the local cluster, /proc)")
     cluster = LocalCluster.default()
     cluster.ensure_up(_progress)
+    client = sync_client(cluster.kubeconfig)
+    _remove_leftovers(client)
     before = cluster.api_limits()
     limits = cluster.set_api_limits(QPS, BURST)
-    cluster.ensure_up(_progress)  # restarts the controller-manager and scheduler with the limits
-    _progress(f"API rate limits: {limits.describe()}")
-    image = ensure_sro_image(cluster, _progress)
-    _install(cluster.kubeconfig, image)
-    client = sync_client(cluster.kubeconfig)
     sizes: list[Size] = []
-    _scale_operator(cluster, 0)
     try:
+        cluster.ensure_up(_progress)  # restarts the controller-manager and scheduler with the limits
+        _progress(f"API rate limits: {limits.describe()}")
+        image = ensure_sro_image(cluster, _progress)
+        _install(cluster.kubeconfig, image)
+        _scale_operator(cluster, 0)
         with tempfile.TemporaryDirectory(prefix="sro-bench-scale-") as tmp:
             for n in SIZES:
                 sizes.append(_measure(client, cluster, n, image, Path(tmp)))

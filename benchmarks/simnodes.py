@@ -318,7 +318,7 @@ class Simulator:
         await self.call("PATCH", f"/api/v1/nodes/{name}/status", body, "application/merge-patch+json")
 
     async def wait_ready(self) -> None:
-        while True:
+        while not self.stopping.is_set():
             resp = await self.call("GET", f"/api/v1/nodes?labelSelector={SIM_LABEL}%3Dtrue")
             if resp is not None and resp.status_code == 200:
                 ready = sum(
@@ -454,7 +454,8 @@ async def main(count: int, config: HollowConfig, kubeconfig: str) -> int:
         loops = (sim.renew_leases(), sim.keep_ready(), sim.watch_pods(), sim.stats())
         tasks = [asyncio.create_task(t) for t in loops]
         await sim.wait_ready()
-        print(f"READY {count}", flush=True)
+        if not sim.stopping.is_set():
+            print(f"READY {count}", flush=True)
         await sim.stopping.wait()
         for t in tasks:
             t.cancel()

@@ -442,9 +442,7 @@ class Machine:
         if rec.state in READS_PODS and f.workloads is None:
             return rec  # its pods are read from the next pass on
         if paused:
-            return (
-                rec if rec.reason.startswith("paused") else replace(rec, reason="paused before its evictions")
-            )
+            return replace(rec, reason="paused before its evictions")
         pods = f.workloads or ()
         if rec.state == CORDONED:
             return rec.enter(WAITING_FOR_JOBS, self.stamp)
@@ -454,7 +452,7 @@ class Machine:
             timeout = pol.wait_for_completion.timeout_seconds
             if jobs and not (timeout and self._older(rec, WAITING_FOR_JOBS, timeout)):
                 reason = f"waiting for {len(jobs)} pod(s) to complete: {_names(jobs)}"
-                return rec if rec.reason == reason else replace(rec, reason=reason)
+                return replace(rec, reason=reason)
             return rec.enter(PODS_EVICTED, self.stamp)
         if rec.state == PODS_EVICTED:
             return self._evict(f, rec, pods, evict, creates, deletes, labels)
@@ -471,7 +469,7 @@ class Machine:
                     f"and left cordoned; fix spec.driver, then `sro upgrade retry {f.node.name}`",
                 )
             reason = f"waiting for the new driver and validation ({f.failing or 'starting'})"
-            return rec if rec.reason == reason else replace(rec, reason=reason)
+            return replace(rec, reason=reason)
         if rec.state == VALIDATED:
             return rec.enter(UNCORDONED, self.stamp)
         if rec.state == UNCORDONED:

@@ -71,6 +71,22 @@ def is_ready(cluster: LocalCluster, name: str = SR) -> bool:
     return condition(sr_doc(cluster, name), "Ready").get("status") == "True"
 
 
+def converged(cluster: LocalCluster) -> bool:
+    """Ready, with every state DaemonSet's pods ready.
+
+    The status alone can be stale for a moment: a deleted DaemonSet is re-created in the same pass
+    that takes its state away, and a reader may see the new DaemonSet before that pass's status.
+    Once the new DaemonSets' pods are ready, a Ready status is the operator's answer to them.
+    """
+    daemonsets = get_json(cluster, "daemonsets", "-n", NS, "-l", f"sro.dev/specialresource={SR}")["items"]
+    pods_ready = all(
+        ds["status"].get("numberReady", 0) == ds["status"].get("desiredNumberScheduled", 0)
+        and ds["status"].get("observedGeneration") == ds["metadata"]["generation"]
+        for ds in daemonsets
+    )
+    return bool(daemonsets) and pods_ready and is_ready(cluster)
+
+
 def leftovers(cluster: LocalCluster) -> list[str]:
     """Anything of the SpecialResource still on the cluster or the host."""
     found = []
@@ -224,13 +240,13 @@ def delete_and_wait_for_return(cluster: LocalCluster, ds: str) -> float:
 def test_a_deleted_state_daemonset_comes_back(cluster: LocalCluster, ready: float) -> None:
     took = delete_and_wait_for_return(cluster, f"sro-{SR}-device-plugin")
     figure(f"deleted state DaemonSet re-created after {took:.1f} s")
-    wait_for("Ready again", lambda: is_ready(cluster), 180, why=lambda: debug(cluster))
+    wait_for("Ready again", lambda: converged(cluster), 180, why=lambda: debug(cluster))
 
 
 def test_killed_driver_pod_takes_later_states_away_and_they_return_in_order(
     cluster: LocalCluster, ready: float
 ) -> None:
-    wait_for("Ready", lambda: is_ready(cluster), 180, why=lambda: debug(cluster))
+    wait_for("Ready", lambda: converged(cluster), 180, why=lambda: debug(cluster))
     driver = get_json(cluster, "pods", "-n", NS, "-l", f"sro.dev/specialresource={SR},sro.dev/state=driver")[
         "items"
     ]
@@ -274,13 +290,14 @@ def test_leader_killed_the_other_replica_takes_over(cluster: LocalCluster, ready
     figure(f"leader deleted -> other replica leads after {took:.1f} s")
     # the new leader acts: a deleted DaemonSet comes back, and the SpecialResource converges
     delete_and_wait_for_return(cluster, f"sro-{SR}-device-plugin")
-    wait_for("Ready under the new leader", lambda: is_ready(cluster), 240, why=lambda: debug(cluster))
+    wait_for("Ready under the new leader", lambda: converged(cluster), 240, why=lambda: debug(cluster))
     figure(f"leader deleted -> converged again after {time.monotonic() - t0:.1f} s")
 
 
 def test_bad_custom_template_is_degraded_while_the_good_one_stays_ready(
     cluster: LocalCluster, ready: float
 ) -> None:
+    wait_for("the good one Ready", lambda: converged(cluster), 180, why=lambda: debug(cluster))
     recipe = (
         "name: broken-templates\nresource: example.com/broken\nbackend: simulated\npciVendor: '1d0f'\n"
         "visibleDevicesEnv: BROKEN_VISIBLE_DEVICES\ndeviceNode: /dev/broken{index}\n"
@@ -320,7 +337,7 @@ def test_bad_custom_template_is_degraded_while_the_good_one_stays_ready(
         assert degraded["reason"] == "RenderFailed" and "no_such_value" in degraded["message"], degraded
         assert "device-plugin/0600_extra.yaml (custom)" in degraded["message"]
         assert not get_json(cluster, "daemonsets", "-n", NS, "-l", f"sro.dev/specialresource={BAD}")["items"]
-        assert is_ready(cluster)
+        assert converged(cluster), debug(cluster)
     finally:
         cluster.kubectl("delete", "sr", BAD, "--timeout=60s", check=False)
         for name in cms:

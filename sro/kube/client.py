@@ -19,6 +19,7 @@ import click
 import httpx
 import yaml
 from lightkube import ApiError, AsyncClient, Client
+from lightkube.config import client_adapter as adapter
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.core.exceptions import ConfigError
 
@@ -73,6 +74,19 @@ def async_client(kubeconfig: str | os.PathLike[str] | None = None, timeout: floa
     config = kube_config(kubeconfig)
     try:
         return AsyncClient(config=config, field_manager=FIELD_MANAGER, timeout=httpx.Timeout(timeout))
+    except (ConfigError, OSError, ValueError) as e:
+        raise KubeConfigError(f"kubeconfig {config.fname or 'in-cluster'}: {_one_line(e)}; {HINT}") from e
+
+
+def async_http(kubeconfig: str | os.PathLike[str] | None = None, timeout: float = 30) -> httpx.AsyncClient:
+    """A bare HTTP client for the same API server and credentials as `async_client`: for the watches
+    that keep the operator's cache (`sro.kube.reflector`), which read JSON without lightkube's models."""
+    config = kube_config(kubeconfig)
+    try:
+        single = config.get()
+        if single is None:
+            raise ConfigError("no current context")
+        return adapter.AsyncClient(single, adapter.ConnectionParams(timeout=httpx.Timeout(timeout)))
     except (ConfigError, OSError, ValueError) as e:
         raise KubeConfigError(f"kubeconfig {config.fname or 'in-cluster'}: {_one_line(e)}; {HINT}") from e
 

@@ -3,9 +3,9 @@
 Why here: only kube/ talks to the API. Two users, two clients:
 - `NodeFeatureClient` (sync, the discovery agent): get, create and replace its node's NodeFeature;
   a 404 on the kind itself (no CRD) is reported as such, so the agent warns once and keeps labelling.
-- `NodeFeatureRuleIO` (async, the operator): list Nodes, every NodeFeature (all namespaces) and
-  every NodeFeatureRule; then per node a metadata merge patch (labels, annotations with the
-  ownership record, and the whole taint list when it changes) guarded by the resourceVersion it was
+- `NodeFeatureRuleIO` (async, the operator): the Nodes from the operator's cache, every NodeFeature
+  (all namespaces) and every NodeFeatureRule; then per node a metadata merge patch (labels,
+  annotations with the ownership record, and the whole taint list when it changes) guarded by the resourceVersion it was
   planned from, and after it a status merge patch of the capacity (extended resources; the kubelet
   copies them to allocatable). `CrdMissing` when the NFD kinds are not served.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from lightkube import ALL_NS, ApiError, AsyncClient, Client
@@ -31,6 +31,10 @@ from sro.api.nfd_crds import (
     NODE_FEATURE_RULES,
     NODE_FEATURES,
 )
+
+if TYPE_CHECKING:  # the discovery agent imports this module: keep the operator's modules out of it
+    from sro.kube.clustercache import ClusterCache
+    from sro.operator.nodefeaturerules import NodeState
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +120,7 @@ class CrdMissing(RuntimeError):
 
 @dataclass(frozen=True)
 class Snapshot:
-    nodes: list[dict[str, Any]]
+    nodes: list[NodeState]
     node_features: list[dict[str, Any]]
     rules: list[dict[str, Any]]
 
@@ -124,8 +128,9 @@ class Snapshot:
 class NodeFeatureRuleIO:
     """The operator's reads and node patches for the NodeFeatureRule step."""
 
-    def __init__(self, client: AsyncClient) -> None:
+    def __init__(self, client: AsyncClient, cache: ClusterCache) -> None:
         self.client = client
+        self.cache = cache
 
     async def _list(self, res: Any, **kwargs: Any) -> list[dict[str, Any]]:
         try:
@@ -140,8 +145,8 @@ class NodeFeatureRuleIO:
     async def observe(self) -> Snapshot:
         rules = await self._list(NodeFeatureRule)
         features = await self._list(NodeFeature, namespace=ALL_NS)
-        nodes = [_dict(n) async for n in self.client.list(Node)]
-        return Snapshot(nodes, features, rules)
+        await self.cache.synced()
+        return Snapshot(self.cache.node_states(), features, rules)
 
     async def patch_node(
         self,

@@ -15,6 +15,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Coroutine, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -39,16 +40,15 @@ from sro.api.names import (
 )
 from sro.api.openshift import OPENSHIFT_CRD
 from sro.api.specialresource import upgrade_state_label
+from sro.kube.clustercache import ClusterCache
 from sro.kube.eviction import Evictor, post_event
 from sro.operator.observed import (
     NodeInfo,
     Observed,
-    PodInfo,
     QuotaInfo,
     SpecialResourceInfo,
     WorkloadPod,
     node_from_json,
-    pod_from_json,
     sr_from_json,
     workload_from_json,
 )
@@ -79,9 +79,6 @@ LOG_TAIL_LINES = 20
 # Pod creations and deletions and node patches of one plan run this many at a time: at 1,000 nodes
 # a step reaches every node, and one request after another would make a pass last minutes.
 CONCURRENCY = 16
-# Nodes and pods are read in pages: a thousand nodes' pods in one response would be decoded whole
-# (tens of MiB of dicts) where a page at a time leaves only the small records behind.
-PAGE = 250
 Errors = (ApiError, httpx.HTTPError, OSError)
 
 
@@ -96,8 +93,9 @@ def _dict(obj: Any) -> dict[str, Any]:
 class SpecialResourceIO:
     """One per operator process; remembers what it applied so unchanged objects are not re-sent."""
 
-    def __init__(self, client: AsyncClient, namespace: str, image: str) -> None:
+    def __init__(self, client: AsyncClient, cache: ClusterCache, namespace: str, image: str) -> None:
         self.client = client
+        self.cache = cache
         self.namespace = namespace
         self.image = image
         self.evictor = Evictor(client)
@@ -142,13 +140,14 @@ class SpecialResourceIO:
     async def observe(self, sr: SpecialResourceInfo) -> Observed:
         ns = self.namespace
         selector: dict[str, Any] = {SPECIALRESOURCE_LABEL: sr.name}
-        nodes = [node_from_json(_dict(n)) async for n in self.client.list(Node, chunk_size=PAGE)]
-        pods: list[PodInfo] = []
-        async for p in self.client.list(Pod, namespace=ns, labels=selector, chunk_size=PAGE):
-            info = pod_from_json(_dict(p))
-            if info.phase == "Failed" or info.reason in HARD_REASONS or info.restarts >= 3:
-                info = pod_from_json(_dict(p), log=await self._log_tail(info.name))
-            pods.append(info)
+        await self.cache.synced()
+        nodes = self.cache.node_infos()
+        pods = [
+            replace(p, log=await self._log_tail(p.name))
+            if p.phase == "Failed" or p.reason in HARD_REASONS or p.restarts >= 3
+            else p
+            for p in self.cache.pods_of(sr.name)
+        ]
         prometheus_operator = await self._exists(CustomResourceDefinition, SERVICE_MONITOR_CRD)
         openshift = await self._exists(CustomResourceDefinition, OPENSHIFT_CRD)
         owned: list[tuple[str, str]] = []
@@ -200,7 +199,7 @@ class SpecialResourceIO:
             prometheus_operator=prometheus_operator,
             openshift=openshift,
             sr=sr,
-            nodes=tuple(nodes),
+            nodes=nodes,
             pods=tuple(pods),
             others=tuple(others),
             owned=tuple(owned),
@@ -344,16 +343,19 @@ class SpecialResourceIO:
             await self._delete(ELSEWHERE_KINDS[kind], name, ns or None)
         self._applied.clear()  # other SpecialResources re-send theirs once: cheap, and never stale
         problems: list[str] = []
-        async for n in self.client.list(Node, chunk_size=PAGE):
-            info: NodeInfo = node_from_json(_dict(n))
-            patch = release(sr, resource, info)
-            if patch is not None and not await self.patch_node(sr, info.name, patch):
-                problems.append(f"node {info.name}: labels and taints not removed")
+        await self.cache.synced()
+        patches = {n.name: release(sr, resource, n) for n in self.cache.node_infos()}
+        todo = {name: patch for name, patch in patches.items() if patch is not None}
+        oks = await _bounded([self.patch_node(sr, name, patch) for name, patch in todo.items()])
+        problems += [
+            f"node {name}: labels and taints not removed"
+            for name, ok in zip(todo, oks, strict=True)
+            if not ok
+        ]
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            pods = self.client.list(Pod, namespace=self.namespace, labels=selector)
-            left = [str(_dict(p)["metadata"]["name"]) async for p in pods]
+            left = sorted(p.name for p in self.cache.pods_of(sr))
             if not left:
                 break
             if loop.time() > deadline:

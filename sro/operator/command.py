@@ -23,7 +23,8 @@ LEASE_NAME = "sro-operator"
 async def _run(namespace: str, image: str, metrics_port: int, health_port: int, elect: bool) -> int:
     import kopf
 
-    from sro.kube.client import async_client
+    from sro.kube.client import async_client, async_http
+    from sro.kube.clustercache import ClusterCache
     from sro.kube.leases import LeaderElection
     from sro.kube.specialresources import SpecialResourceIO
     from sro.operator import metrics
@@ -46,16 +47,18 @@ async def _run(namespace: str, image: str, metrics_port: int, health_port: int, 
                 standby.close()
                 await standby.wait_closed()
     metrics.LEADER.set(1)
-    op = Operator(SpecialResourceIO(client, namespace, image))
+    cache = ClusterCache(async_http(), namespace)
+    op = Operator(SpecialResourceIO(client, cache, namespace, image))
     stop = asyncio.Event()
+    watching = asyncio.create_task(cache.run())
     running = asyncio.create_task(
         kopf.operator(
             registry=register_openshift(
-                register_nodefeaturerules(build_registry(op), client), client, namespace
+                register_nodefeaturerules(build_registry(op), client, cache), client, namespace
             ),
             standalone=True,
-            # our pods live in one namespace (its Role is all the RBAC there is); the SpecialResources
-            # and Nodes are cluster-scoped and watched whatever this says
+            # NFD's namespaced kinds are watched in our namespace; the SpecialResources are
+            # cluster-scoped and watched whatever this says (Nodes and our pods: the cache)
             namespaces=[namespace],
             stop_flag=stop,
             liveness_endpoint=f"http://0.0.0.0:{health_port}/healthz" if health_port else None,
@@ -73,6 +76,7 @@ async def _run(namespace: str, image: str, metrics_port: int, health_port: int, 
             return 1
         return 0
     finally:
+        watching.cancel()
         if keeping is not None:
             keeping.cancel()
         metrics.LEADER.set(0)

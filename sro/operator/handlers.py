@@ -4,8 +4,10 @@ Thin on purpose: a pass is `observe` (sro/kube) → `reconcile` (pure) → `carr
 daemon sleeps until the plan's requeue time or until a pod of its SpecialResource, or what the
 reconcile reads of a node (`nodewatch`: its selection, kernel/OS and sro labels, taints, cordon),
 changes — so a state that becomes ready on a node is acted on within a second, a thousand kubelets'
-status updates wake nothing, and nothing polls faster than it must. A pass that raises is logged and retried; one broken node
-never stops the others, because each step of a plan is carried out independently.
+status updates wake nothing, and nothing polls faster than it must. Nodes and pods are watched once
+for the whole operator by `sro.kube.clustercache`; a pass reads its records instead of listing the
+cluster. A pass that raises is logged and retried; one broken node never stops the others, because
+each step of a plan is carried out independently.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ class Operator:
         self.wake: dict[str, asyncio.Event] = {}
         self.nodes = NodeWatch()
         self._generations: dict[str, int] = {}
+        io.cache.node_listeners.append(self.node_event)
+        io.cache.pod_listeners.append(self.pod_event)
 
     def generation_changed(self, name: str, generation: int) -> bool:
         """True when the SpecialResource's spec changed since last seen (its status changes are ours)."""
@@ -102,9 +106,15 @@ class Operator:
             return 3.0
         return plan.requeue
 
-    def node_changed(self, body: Mapping[str, Any], deleted: bool) -> bool:
+    def node_event(self, kind: str, body: Mapping[str, Any] | None) -> None:
         """Only what the reconcile reads of a node (and nodes coming and going) wakes a pass."""
-        return self.nodes.changed(body, deleted)
+        if body is None or self.nodes.changed(body, deleted=kind == "DELETED"):
+            self.poke()
+
+    def pod_event(self, kind: str, body: Mapping[str, Any] | None) -> None:
+        """A pod of a SpecialResource changed: wake that SpecialResource's pass (all after a fresh list)."""
+        labels = ((body or {}).get("metadata") or {}).get("labels") or {}
+        self.poke(None if body is None else labels.get(SPECIALRESOURCE_LABEL, ""))
 
 
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -187,20 +197,12 @@ def build_registry(op: Operator) -> kopf.OperatorRegistry:
         op.nodes.forget(name)
         log.info("%s: everything it created is gone", name)
 
-    # The event handlers are async so that kopf runs them in the event loop: asyncio.Event.set() is
+    # The event handler is async so that kopf runs it in the event loop: asyncio.Event.set() is
     # not safe from the thread a sync handler would run in (a lost wake-up costs a whole requeue).
+    # Node and pod events come from the cache's watches (sro.kube.clustercache), in the same loop.
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     async def spec_changed(name: str, meta: Mapping[str, Any], **_: Any) -> None:
         if op.generation_changed(name, int(meta.get("generation") or 0)):
             op.poke(name)
-
-    @kopf.on.event("", "v1", "pods", labels={SPECIALRESOURCE_LABEL: kopf.PRESENT}, registry=registry)
-    async def pod_changed(labels: Mapping[str, str], **_: Any) -> None:
-        op.poke(labels.get(SPECIALRESOURCE_LABEL))
-
-    @kopf.on.event("", "v1", "nodes", registry=registry)
-    async def node_changed(body: Mapping[str, Any], type: str | None, **_: Any) -> None:
-        if op.node_changed(body, deleted=type == "DELETED"):
-            op.poke()
 
     return registry

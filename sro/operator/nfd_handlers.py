@@ -22,8 +22,9 @@ from typing import Any
 import kopf
 
 from sro.api.nfd_crds import NFD_GROUP, NFD_VERSION, NODE_FEATURE_RULES, NODE_FEATURES
+from sro.kube.clustercache import ClusterCache
 from sro.kube.nodefeatures import CrdMissing, NodeFeatureRuleIO
-from sro.operator.nodefeaturerules import NodeChange, node_state, parse_rule_object, plan
+from sro.operator.nodefeaturerules import NodeChange, parse_rule_object, plan
 
 log = logging.getLogger("sro.operator.nodefeaturerules")
 DEBOUNCE = 0.5
@@ -73,8 +74,7 @@ class NodeFeatureRuleLoop:
         if self._crds_missing:
             log.info("NodeFeature and NodeFeatureRule are served: evaluating NodeFeatureRules")
             self._crds_missing = False
-        nodes = [node_state(n) for n in snap.nodes]
-        changes, problems = plan(nodes, snap.node_features, snap.rules)
+        changes, problems = plan(snap.nodes, snap.node_features, snap.rules)
         said = [str(p) for p in problems]
         wait = RESYNC
         for change in changes:
@@ -138,9 +138,16 @@ class NodeFeatureRuleLoop:
         return True
 
 
-def register(registry: kopf.OperatorRegistry, client: Any) -> kopf.OperatorRegistry:
-    """Add the NodeFeatureRule step's handlers to the operator's registry (and return it)."""
-    loop = NodeFeatureRuleLoop(NodeFeatureRuleIO(client))
+def register(registry: kopf.OperatorRegistry, client: Any, cache: ClusterCache) -> kopf.OperatorRegistry:
+    """Add the NodeFeatureRule step's handlers to the operator's registry (and return it); its nodes
+    and their events come from the operator's cache."""
+    loop = NodeFeatureRuleLoop(NodeFeatureRuleIO(client, cache))
+
+    def node_event(kind: str, body: Mapping[str, Any] | None) -> None:
+        if body is None or loop.node_changed(body, deleted=kind == "DELETED"):
+            loop.poke()
+
+    cache.node_listeners.append(node_event)
 
     @kopf.on.startup(registry=registry)
     async def start_nodefeaturerules(**_: Any) -> None:
@@ -165,11 +172,6 @@ def register(registry: kopf.OperatorRegistry, client: Any) -> kopf.OperatorRegis
     async def nodefeature_event(**_: Any) -> None:
         loop.poke()
 
-    @kopf.on.event("", "v1", "nodes", registry=registry)
-    async def node_event_for_rules(body: kopf.Body, type: str | None, **_: Any) -> None:
-        if loop.node_changed(body, deleted=type == "DELETED"):
-            loop.poke()
-
     # The handlers are async on purpose: kopf runs sync handlers in a thread pool, and an
     # asyncio.Event set from another thread does not wake the loop waiting on it.
     return registry
@@ -178,7 +180,7 @@ def register(registry: kopf.OperatorRegistry, client: Any) -> kopf.OperatorRegis
 def main() -> None:
     """Only this step, standalone, with $KUBECONFIG (development and the e2e test):
     `python -m sro.operator.nfd_handlers`. The operator runs it alongside the SpecialResources."""
-    from sro.kube.client import async_client
+    from sro.kube.client import async_client, async_http
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kopf").setLevel(logging.WARNING)
@@ -191,8 +193,13 @@ def main() -> None:
         def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
             return kopf.login_with_kubeconfig(**kwargs)
 
-        register(registry, async_client())
-        await kopf.operator(registry=registry, standalone=True, clusterwide=True)
+        cache = ClusterCache(async_http(), "default")  # its pods are not read; its nodes are
+        watching = asyncio.create_task(cache.run())
+        register(registry, async_client(), cache)
+        try:
+            await kopf.operator(registry=registry, standalone=True, clusterwide=True)
+        finally:
+            watching.cancel()
 
     asyncio.run(run())
 

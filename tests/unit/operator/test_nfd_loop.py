@@ -13,6 +13,7 @@ import pytest
 from sro.kube.nodefeatures import CrdMissing, Snapshot
 from sro.nfd.ownership import RULES_OWNED_ANNOTATION
 from sro.operator.nfd_handlers import DEBOUNCE, RESYNC, RETRY, NodeFeatureRuleLoop
+from sro.operator.nodefeaturerules import node_state
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -39,7 +40,7 @@ class FakeIO:
     async def observe(self) -> Snapshot:
         if not self.crds:
             raise CrdMissing("NodeFeatureRule: not served")
-        return Snapshot([self.node], [], [RULE])
+        return Snapshot([node_state(self.node)], [], [RULE])
 
     async def patch_node(
         self, name: str, labels: Mapping[str, str | None], annotations: Mapping[str, str | None],
@@ -109,13 +110,23 @@ def test_node_events_wake_only_on_what_the_step_reads() -> None:
 
 
 def test_the_step_joins_the_operators_registry() -> None:
-    """command.py registers the step into the SpecialResource registry: distinct handler ids, one of each."""
+    """command.py registers the step into the SpecialResource registry: distinct handler ids, one of
+    each; Nodes and pods are not watched by kopf but by the shared cache, which wakes both."""
+    import httpx
+
+    from sro.kube.clustercache import ClusterCache
+    from sro.kube.specialresources import SpecialResourceIO
     from sro.operator.handlers import Operator, build_registry
     from sro.operator.nfd_handlers import register
 
-    registry = register(build_registry(Operator(object())), object())  # type: ignore[arg-type]
+    cache = ClusterCache(httpx.AsyncClient(), "sro-system")
+    op = Operator(SpecialResourceIO(object(), cache, "sro-system", "img"))  # type: ignore[arg-type]
+    registry = register(build_registry(op), object(), cache)
     ids = [h.id for h in registry._changing.get_all_handlers() + registry._watching.get_all_handlers()]
     ids += [h.id for h in registry._activities.get_all_handlers()]
     assert len(ids) == len(set(ids))
     names = {i.rsplit(".", 1)[-1] for i in ids}  # ids are qualified by the defining function
-    assert {"nodefeaturerule_event", "nodefeature_event", "node_event_for_rules", "node_changed"} <= names
+    assert {"nodefeaturerule_event", "nodefeature_event", "spec_changed"} <= names
+    watched = {s.plural for s in registry._watching.get_all_selectors()}
+    assert "nodes" not in watched and "pods" not in watched, watched
+    assert len(cache.node_listeners) == 2 and len(cache.pod_listeners) == 1

@@ -12,8 +12,9 @@ Per size N (SRO_BENCH_SCALE_NODES, default 10,100,1000), in one run:
   does not count), its passes, peak resident memory and CPU seconds (against the API server's CPU
   seconds over the same time), the SpecialResource's status size (against a table naming each node
   once), and the reconcile latency after a node change (p50/p99 of: a node relabelled out of the
-  selector -> its `validated` label taken back, against one LIST of all nodes); the simulator's own
-  memory and CPU are reported apart.
+  selector -> its `validated` label taken back, against one LIST of all nodes), and the API requests
+  it sent (its `sro_operator_api_requests` metric: from apply to validated per node, and per second
+  over IDLE_SECONDS once nothing changes); the simulator's own memory and CPU are reported apart.
 
 The controller-manager's and scheduler's API rate limits are raised for the run
 (SRO_BENCH_SCALE_QPS/BURST, default 200/400, through `sro local up`'s flags) and put back after;
@@ -61,6 +62,7 @@ BURST = int(os.environ.get("SRO_BENCH_SCALE_BURST", "400"))
 FAILING = "sim-1"
 STAGES = 6
 LATENCY_SAMPLES = 10
+IDLE_SECONDS = 30
 METRICS_PORT = 18480
 SpecialResource = create_global_resource(GROUP, VERSION, KIND, PLURAL)
 _T0 = time.monotonic()
@@ -102,6 +104,8 @@ class Size:
     list_seconds: float = 0.0
     sim_rss: float = 0.0
     sim_cpu: float = 0.0
+    requests: float = 0.0  # the operator's API requests, apply -> validated
+    idle_rps: float = 0.0  # its API requests per second once every node is validated
 
 
 # ---- the simulator ---------------------------------------------------------------------------------
@@ -217,10 +221,25 @@ def _status(client: Client) -> dict[str, Any]:
         return {}
 
 
+def _metrics() -> list[str]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=10) as resp:
+        return resp.read().decode().splitlines()
+
+
+def _api_requests() -> dict[str, float]:
+    """The operator's API requests so far, by 'VERB resource' (its sro_operator_api_requests metric)."""
+    out: dict[str, float] = {}
+    for ln in _metrics():
+        if ln.startswith("sro_operator_api_requests_total{"):
+            labels = dict(kv.split("=", 1) for kv in ln.split("{", 1)[1].split("}", 1)[0].split(","))
+            key = f"{labels['verb'].strip(chr(34))} {labels['resource'].strip(chr(34))}"
+            out[key] = float(ln.rsplit(" ", 1)[1])
+    return out
+
+
 def _passes() -> tuple[float, float, float]:
     """(passes, mean pass seconds, p99 pass seconds as the upper bound of its histogram bucket)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=10) as resp:
-        lines = [ln for ln in resp.read().decode().splitlines() if f'"{SR}"' in ln]
+    lines = [ln for ln in _metrics() if f'"{SR}"' in ln]
     values = {ln.rsplit(" ", 1)[0]: float(ln.rsplit(" ", 1)[1]) for ln in lines}
     count = next((v for k, v in values.items() if k.startswith("sro_operator_pass_seconds_count")), 0.0)
     total = next((v for k, v in values.items() if k.startswith("sro_operator_pass_seconds_sum")), 0.0)
@@ -252,6 +271,7 @@ def _operator_run(client: Client, cluster: Any, n: int, image: str, workdir: Pat
         time.sleep(5)
         size.rss_idle = rss_mib(op.pid)
         cpu0, api0 = _cpu_seconds(op.pid), _cpu_seconds(apiserver)
+        requests0 = sum(_api_requests().values())
         client.create(codecs.from_dict(_special_resource()))
         peak = [size.rss_idle]
 
@@ -263,6 +283,12 @@ def _operator_run(client: Client, cluster: Any, n: int, image: str, workdir: Pat
         size.cpu = _cpu_seconds(op.pid) - cpu0
         size.apiserver_cpu = _cpu_seconds(apiserver) - api0
         size.passes, size.pass_mean, size.pass_p99 = _passes()
+        by_kind = _api_requests()
+        size.requests = sum(by_kind.values()) - requests0
+        top = sorted(by_kind.items(), key=lambda kv: -kv[1])[:8]
+        _progress(f"{n} nodes: the operator's API requests: " + ", ".join(f"{k} {v:.0f}" for k, v in top))
+        time.sleep(IDLE_SECONDS)  # every node validated: what the operator asks for while nothing changes
+        size.idle_rps = (sum(_api_requests().values()) - sum(by_kind.values())) / IDLE_SECONDS
         status = _status(client)
         rows = {r["name"]: r for r in status.get("nodes", [])}
         if rows.get(FAILING, {}).get("failing") != "driver":
@@ -456,6 +482,21 @@ def run() -> list[Figure]:
                 "s",
                 "one LIST of all nodes",
                 "< 1 s",
+            ),
+            Figure(
+                f"scale {s.nodes}: operator API requests, apply -> validated",
+                s.requests,
+                float(s.nodes),
+                "requests",
+                "nodes (the ratio is requests per node)",
+                "flat in N",
+            ),
+            Figure(
+                f"scale {s.nodes}: operator API requests/s, all validated and nothing changing",
+                s.idle_rps,
+                float(s.nodes),
+                "req/s",
+                "nodes",
             ),
             Figure(
                 f"scale {s.nodes}: simulator RSS (apart)", s.sim_rss, s.rss_peak, "MiB", "the operator's peak"

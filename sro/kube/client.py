@@ -13,6 +13,7 @@ kubeconfig is the user's input to fix, so a command that lets it through still e
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -89,6 +90,38 @@ def async_http(kubeconfig: str | os.PathLike[str] | None = None, timeout: float 
         return adapter.AsyncClient(single, adapter.ConnectionParams(timeout=httpx.Timeout(timeout)))
     except (ConfigError, OSError, ValueError) as e:
         raise KubeConfigError(f"kubeconfig {config.fname or 'in-cluster'}: {_one_line(e)}; {HINT}") from e
+
+
+def request_kind(method: str, path: str, watch: bool) -> tuple[str, str]:
+    """(verb, resource) of an API request, as the API server's own metrics name them: LIST and WATCH
+    for collections, the plural with its subresource (`pods/eviction`, `nodes/status`)."""
+    parts = [p for p in path.split("/") if p]
+    parts = parts[2:] if parts[:1] == ["api"] else parts[3:]  # /api/v1/... or /apis/GROUP/VERSION/...
+    if parts[:1] == ["namespaces"] and len(parts) > 2:
+        parts = parts[2:]
+    resource = "/".join([parts[0], *parts[2:3]]) if parts else ""
+    verb = method.upper()
+    if verb == "GET":
+        verb = "WATCH" if watch else ("LIST" if len(parts) == 1 else "GET")
+    return verb, resource
+
+
+def count_requests(http: httpx.AsyncClient, record: Callable[[str, str], None]) -> None:
+    """Call `record(verb, resource)` for every request `http` sends (the operator's API request metric)."""
+
+    async def hook(request: httpx.Request) -> None:
+        record(
+            *request_kind(request.method, request.url.path, request.url.params.get("watch") in ("1", "true"))
+        )
+
+    http.event_hooks = {**http.event_hooks, "request": [*http.event_hooks.get("request", []), hook]}
+
+
+def lightkube_http(client: AsyncClient) -> httpx.AsyncClient:
+    """The httpx client under a lightkube client (lightkube has no public way to add a request hook)."""
+    http = client._client._client
+    assert isinstance(http, httpx.AsyncClient)
+    return http
 
 
 def describe_error(e: BaseException) -> str | None:

@@ -23,7 +23,7 @@ LEASE_NAME = "sro-operator"
 async def _run(namespace: str, image: str, metrics_port: int, health_port: int, elect: bool) -> int:
     import kopf
 
-    from sro.kube.client import async_client, async_http
+    from sro.kube.client import async_client, async_http, count_requests, lightkube_http
     from sro.kube.clustercache import ClusterCache
     from sro.kube.leases import LeaderElection
     from sro.kube.specialresources import SpecialResourceIO
@@ -47,7 +47,10 @@ async def _run(namespace: str, image: str, metrics_port: int, health_port: int, 
                 standby.close()
                 await standby.wait_closed()
     metrics.LEADER.set(1)
-    cache = ClusterCache(async_http(), namespace)
+    http = async_http()
+    for counted in (http, lightkube_http(client)):
+        count_requests(counted, lambda verb, resource: metrics.API_REQUESTS.labels(verb, resource).inc())
+    cache = ClusterCache(http, namespace)
     op = Operator(SpecialResourceIO(client, cache, namespace, image))
     stop = asyncio.Event()
     watching = asyncio.create_task(cache.run())

@@ -53,6 +53,13 @@ UPGRADES = Gauge(
     ["specialresource", "state"],
     registry=REGISTRY,
 )
+API_REQUESTS = Counter(
+    "sro_operator_api_requests",
+    "Requests this process sent to the API server, by verb (GET, LIST, WATCH, POST, PATCH, DELETE) "
+    "and resource; kopf's own watch of SpecialResources and NodeFeatureRules is not counted.",
+    ["verb", "resource"],
+    registry=REGISTRY,
+)
 LEADER = Gauge("sro_operator_leader", "1 while this replica holds the leader lease.", registry=REGISTRY)
 
 _seen_validated: set[tuple[str, str]] = set()

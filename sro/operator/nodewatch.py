@@ -4,8 +4,9 @@ Why: a kubelet writes its Node every few seconds (status, heartbeats, images) an
 that is hundreds of events a second; waking a pass for each would keep the operator busy re-reading
 a cluster that did not change for it. What a pass reads of a Node is its labels (selection, the NFD
 kernel and OS labels, the recipe's device count, the operator's own labels), sro's annotations, its
-taints and whether it is cordoned, so only those are compared: a node that appears or goes, or one
-whose view changed, wakes; anything else is ignored. Pure, so it is unit-tested on recorded events.
+taints, whether it is cordoned and whether it is Ready (not the heartbeat times), so only those are
+compared: a node that appears or goes, or one whose view changed, wakes; anything else is ignored.
+Pure, so it is unit-tested on recorded events.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sro.api.names import NFD_PREFIX, PREFIX
+from sro.operator.observed import node_ready
 
 # Label prefixes a reconcile always reads: sro's own (state labels, upgrade, opt-in, simulated device
 # counts), NFD's (PCI selection, kernel, OS), and GFD's (nvidia.com/gpu.count and friends).
@@ -23,7 +25,8 @@ View = tuple[Any, ...]
 
 def view(body: Mapping[str, Any], keys: frozenset[str] = frozenset()) -> View:
     """What of a Node the operator acts on: labels under the watched prefixes or named in `keys`
-    (SpecialResources' node selectors, custom recipes' labels), sro's annotations, taints, cordon."""
+    (SpecialResources' node selectors, custom recipes' labels), sro's annotations, taints, cordon,
+    Ready."""
     md = body.get("metadata") or {}
     labels = md.get("labels") or {}
     annotations = md.get("annotations") or {}
@@ -33,6 +36,7 @@ def view(body: Mapping[str, Any], keys: frozenset[str] = frozenset()) -> View:
         tuple(sorted((k, v) for k, v in annotations.items() if k.startswith(PREFIX))),
         tuple(sorted(repr(sorted(t.items())) for t in spec.get("taints") or ())),
         bool(spec.get("unschedulable")),
+        node_ready(body),
     )
 
 

@@ -34,6 +34,7 @@ class NodeInfo:
     annotations: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Mapping[str, Any], ...] = ()
     unschedulable: bool = False  # cordoned
+    ready: bool = True  # its Ready condition is True (or not reported at all)
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,12 @@ def _time(value: Any) -> datetime | None:
     return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
 
 
+def node_ready(doc: Mapping[str, Any]) -> bool:
+    """False only when the Node's Ready condition says so (False, or Unknown: its kubelet is silent)."""
+    conditions = (doc.get("status") or {}).get("conditions") or ()
+    return all(c.get("status") == "True" for c in conditions if c.get("type") == "Ready")
+
+
 def node_from_json(doc: Mapping[str, Any]) -> NodeInfo:
     md = doc.get("metadata", {})
     return NodeInfo(
@@ -130,6 +137,7 @@ def node_from_json(doc: Mapping[str, Any]) -> NodeInfo:
         annotations=dict(md.get("annotations") or {}),
         taints=tuple(doc.get("spec", {}).get("taints") or ()),
         unschedulable=bool(doc.get("spec", {}).get("unschedulable")),
+        ready=node_ready(doc),
     )
 
 

@@ -423,6 +423,8 @@ def _walk(
 ) -> tuple[NodeRow, NodePatch | None, list[dict[str, Any]], list[str]]:
     """One node's fold over the states (`pods`: the node's): its row, label patch and validation pods."""
     sr = ctx.sr
+    if not node.ready:
+        return _held(ctx, chain, node, now), None, [], []
     ready: list[str] = []
     failing = None
     creates: list[dict[str, Any]] = []
@@ -477,6 +479,37 @@ def _walk(
     )
     patch = NodePatch(labels, annotations, add, remove) if (labels or annotations or add or remove) else None
     return row, patch, creates, deletes
+
+
+NODE_NOT_READY = "NodeNotReady"
+
+
+def _held(ctx: Context, chain: Sequence[State], node: NodeInfo, now: datetime) -> NodeRow:
+    """A node that is not Ready keeps its labels, pods and taints as they are.
+
+    Why: when a kubelet stops reporting, the node lifecycle controller marks every pod on the node
+    not Ready without knowing anything about them. Taking the states' labels away then would make
+    the DaemonSet controller delete the later states' pods, and the node would redo the whole chain
+    once it reported again — at scale, a control plane too busy to take leases in time would turn
+    into a storm of pod deletions and re-creations. Holding costs nothing: a node that is not Ready
+    takes no pods anyway, and its row says why its states are not being judged.
+    """
+    held = []
+    for state in chain:
+        if node.labels.get(state_label(ctx.sr, state.name)) != READY:
+            break
+        held.append(state.name)
+    reached = parse_reached(node.annotations.get(reached_annotation(ctx.sr), ""))
+    return NodeRow(
+        name=node.name,
+        ready_states=tuple(held),
+        failing="node",
+        reason=NODE_NOT_READY,
+        message="the node is not Ready (its kubelet is not reporting): its states are held as they "
+        "were and judged again once it reports",
+        since=reached.get(held[-1]) if held else reached.get(SELECTED, stamp(now)),
+        reached=reached,
+    )
 
 
 def startup_taint(sr: str) -> dict[str, str]:

@@ -141,3 +141,38 @@ def test_the_cache_groups_pods_by_special_resource_and_wakes_listeners() -> None
     cache.nodes.apply({"type": "ADDED", "object": {"metadata": {"name": "n", "labels": {"l": "v"}}}})
     assert [n.labels for n in cache.node_infos()] == [{"l": "v"}]
     assert [s.name for s in cache.node_states()] == ["n"]
+
+
+def test_requests_are_counted_by_verb_and_resource_as_the_api_server_names_them() -> None:
+    from sro.kube.client import count_requests, request_kind
+
+    assert request_kind("GET", "/api/v1/nodes", watch=False) == ("LIST", "nodes")
+    assert request_kind("GET", "/api/v1/namespaces/ns/pods", watch=True) == ("WATCH", "pods")
+    assert request_kind("GET", "/api/v1/namespaces/ns", watch=False) == ("GET", "namespaces")
+    assert request_kind("PATCH", "/api/v1/nodes/a/status", watch=False) == ("PATCH", "nodes/status")
+    assert request_kind("POST", "/api/v1/namespaces/ns/pods/p/eviction", watch=False) == (
+        "POST",
+        "pods/eviction",
+    )
+    assert request_kind("PATCH", "/apis/sro.dev/v1alpha1/specialresources/x/status", watch=False) == (
+        "PATCH",
+        "specialresources/status",
+    )
+    assert request_kind("DELETE", "/apis/apps/v1/namespaces/ns/daemonsets/d", watch=False) == (
+        "DELETE",
+        "daemonsets",
+    )
+
+    async def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"items": []})
+
+    seen: list[tuple[str, str]] = []
+    http = httpx.AsyncClient(transport=httpx.MockTransport(answer), base_url="https://api")
+    count_requests(http, lambda verb, resource: seen.append((verb, resource)))
+
+    async def go() -> None:
+        await http.get("/api/v1/nodes", params={"watch": "1"})
+        await http.get("/api/v1/nodes")
+
+    asyncio.run(go())
+    assert seen == [("WATCH", "nodes"), ("LIST", "nodes")]

@@ -65,6 +65,9 @@ def test_taints_cordon_and_deletion_wake_it() -> None:
     assert watch.changed(cordoned, deleted=False)
     assert watch.changed(cordoned, deleted=True)
     assert watch.changed(cordoned, deleted=False)  # it came back
+    unknown = copy.deepcopy(cordoned)
+    unknown.setdefault("status", {})["conditions"] = [{"type": "Ready", "status": "Unknown"}]
+    assert watch.changed(unknown, deleted=False)  # its kubelet went silent
 
 
 def test_a_node_selector_key_outside_the_prefixes_is_watched_once_a_pass_read_it() -> None:

@@ -253,6 +253,27 @@ def test_full_walk_to_validated_in_order() -> None:
     assert plan.requeue > 10 or plan.node_patches  # settled passes back off
 
 
+def test_a_node_that_is_not_ready_keeps_its_states_until_it_reports_again() -> None:
+    """Its pods were marked not Ready by the node lifecycle controller, not by their containers:
+    nothing is taken away, no pod is made or deleted, and the row says why."""
+    a = node("a", **{COUNT: "8"})
+    pods = [ready_pod(DRIVER, "a")]
+    pods.append(validation_pod(observed([a], pods), DRIVER_VALIDATION, "a"))
+    pods += [ready_pod(RUNTIME, "a"), ready_pod(DEVICE_PLUGIN, "a")]
+    settled = reconcile(observed([a], pods), NS, NOW)
+    a = with_labels(a, settled)
+    unknown = [replace(p, ready=False, reason="") for p in pods]
+    plan = reconcile(observed([replace(a, ready=False)], unknown), NS, NOW + timedelta(seconds=40))
+    assert "a" not in plan.node_patches and not plan.create_pods and not plan.delete_pods
+    row = plan.rows[0]
+    assert row.reason == "NodeNotReady" and not row.validated
+    assert row.ready_states == (DRIVER, DRIVER_VALIDATION, RUNTIME, DEVICE_PLUGIN)
+    assert plan.status["nodes"][0]["state"] == DEVICE_PLUGIN and plan.status["validatedCount"] == 0
+    # it reports again: judged as before, and it walks on
+    back = reconcile(observed([a], pods), NS, NOW + timedelta(seconds=60))
+    assert [c["metadata"]["labels"]["sro.dev/state"] for c in back.create_pods] == [DEVICE_PLUGIN_VALIDATION]
+
+
 def test_feature_discovery_waits_for_the_device_count_label() -> None:
     a = node("a")  # no count label
     pods = [ready_pod(DRIVER, "a")]

@@ -507,7 +507,7 @@ def _held(ctx: Context, chain: Sequence[State], node: NodeInfo, now: datetime) -
         reason=NODE_NOT_READY,
         message="the node is not Ready (its kubelet is not reporting): its states are held as they "
         "were and judged again once it reports",
-        since=reached.get(held[-1]) if held else reached.get(SELECTED, stamp(now)),
+        since=(reached.get(held[-1]) if held else None) or reached.get(SELECTED) or stamp(now),
         reached=reached,
     )
 

@@ -409,6 +409,10 @@ def run() -> list[Figure]:
 
     if os.geteuid() != 0:
         raise RuntimeError("the scale benchmark needs root (the local cluster, /proc)")
+    # SIGTERM (and SIGINT, ignored in a background job) end the run through its clean-up: the
+    # SpecialResource deleted, the simulated nodes gone, the operator and API limits put back
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGINT, lambda *_: sys.exit(130))
     cluster = LocalCluster.default()
     cluster.ensure_up(_progress)
     client = sync_client(cluster.kubeconfig)

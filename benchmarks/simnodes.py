@@ -47,7 +47,7 @@ SIM_LABEL = "sro.dev/simnode"
 PREFIX = "sim"
 LEASE_NS = "kube-node-lease"
 LEASE_SECONDS = 40
-LEASE_RENEW = 20.0
+LEASE_RENEW = 10.0  # as a kubelet: a quarter of the lease; at 20 s a busy API server let leases lapse
 CONCURRENCY = 32  # requests in flight at once
 FIELD_MANAGER = "sro-simnodes"
 

@@ -10,6 +10,7 @@ type and the object, or with "RESYNC" and None after a fresh list).
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -41,6 +42,7 @@ def _node(obj: Mapping[str, Any]) -> tuple[NodeInfo, NodeState]:
 
 class ClusterCache:
     def __init__(self, http: httpx.AsyncClient, namespace: str) -> None:
+        self.http = http
         self.node_listeners: list[Listener] = []
         self.pod_listeners: list[Listener] = []
         self.nodes: Reflector[tuple[NodeInfo, NodeState]] = Reflector(
@@ -81,3 +83,27 @@ class ClusterCache:
     def pods_of(self, sr: str) -> list[PodInfo]:
         prefix = f"{sr}/"
         return [p for key, p in self.pods.items.items() if key.startswith(prefix)]
+
+    async def get_node(self, name: str) -> dict[str, Any] | None:
+        """The Node as the API server has it now (None: gone), for a change that must not be stale."""
+        resp = await self.http.get(f"/api/v1/nodes/{name}")
+        if resp.status_code == 404:
+            return None
+        resp.raise_for_status()
+        doc: dict[str, Any] = resp.json()
+        self.nodes.update(doc)
+        return doc
+
+    async def patch_node(self, name: str, body: Mapping[str, Any]) -> bool:
+        """A merge patch of a Node; the answer goes into the cache (the next pass reads what this one
+        wrote). False when the node is gone; an HTTP error for any other refusal (409: re-plan)."""
+        resp = await self.http.patch(
+            f"/api/v1/nodes/{name}",
+            content=json.dumps(body),
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        if resp.status_code == 404:
+            return False
+        resp.raise_for_status()
+        self.nodes.update(resp.json())
+        return True

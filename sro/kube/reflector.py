@@ -57,6 +57,7 @@ class Reflector(Generic[T]):
         self.on_event = on_event
         self.params = dict(params or {})
         self.items: dict[str, T] = {}
+        self.versions: dict[str, str] = {}  # key -> resourceVersion of the record held
         self.synced = asyncio.Event()
         self.error = ""  # the last reason a list or watch failed, for a pass that cannot wait longer
         self.resource_version = ""
@@ -79,16 +80,19 @@ class Reflector(Generic[T]):
 
     async def _list(self) -> None:
         items: dict[str, T] = {}
+        versions: dict[str, str] = {}
         params = {**self.params, "limit": str(PAGE)}
         while True:
             doc = await self._get(params)
             for obj in doc.get("items") or ():
-                items[self.key(obj)] = self.parse(obj)
+                key = self.key(obj)
+                items[key] = self.parse(obj)
+                versions[key] = str((obj.get("metadata") or {}).get("resourceVersion", ""))
             meta = doc.get("metadata") or {}
             if not meta.get("continue"):
                 break
             params["continue"] = meta["continue"]
-        self.items = items
+        self.items, self.versions = items, versions
         self.resource_version = str(meta.get("resourceVersion", ""))
         self.lists += 1
         self.error = ""
@@ -139,11 +143,29 @@ class Reflector(Generic[T]):
         key = self.key(obj)
         if kind == "DELETED":
             self.items.pop(key, None)
+            self.versions.pop(key, None)
         elif kind in ("ADDED", "MODIFIED"):
-            self.items[key] = self.parse(obj)
+            if not self.update(obj):
+                return True
         else:
             return True
         self.on_event(str(kind), obj)
+        return True
+
+    def update(self, obj: Mapping[str, Any]) -> bool:
+        """Hold `obj` unless the record held is newer; False when it was not taken.
+
+        Besides the watch, the answer to the operator's own write comes here, so that its next pass
+        reads what it wrote (the watch event follows later and changes nothing). resourceVersions are
+        etcd revisions, compared as numbers; one that is not a number is always taken.
+        """
+        key = self.key(obj)
+        version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        held = self.versions.get(key, "")
+        if version.isdigit() and held.isdigit() and int(held) > int(version):
+            return False
+        self.items[key] = self.parse(obj)
+        self.versions[key] = version
         return True
 
     async def wait_synced(self, timeout: float) -> None:

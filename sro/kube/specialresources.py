@@ -40,6 +40,7 @@ from sro.api.names import (
 )
 from sro.api.openshift import OPENSHIFT_CRD
 from sro.api.specialresource import upgrade_state_label
+from sro.kube.client import describe_error
 from sro.kube.clustercache import ClusterCache
 from sro.kube.eviction import Evictor, post_event
 from sro.operator.observed import (
@@ -304,16 +305,16 @@ class SpecialResourceIO:
         try:
             if patch.changes_taints:
                 # taints are a list: read, change ours, write back guarded by resourceVersion
-                node = _dict(await self.client.get(Node, name))
+                node = await self.cache.get_node(name)
+                if node is None:
+                    return True  # the node left; the next pass forgets it
                 taints = taints_after((node.get("spec") or {}).get("taints") or [], patch)
                 body["spec"] = {**body.get("spec", {}), "taints": taints}
                 metadata["resourceVersion"] = node["metadata"]["resourceVersion"]
-            await self.client.patch(Node, name, body, patch_type=PatchType.MERGE)
+            await self.cache.patch_node(name, body)  # False: the node left; the next pass forgets it
             return True
         except Errors as e:
-            if _code(e) == 404:
-                return True  # the node left; the next pass forgets it
-            log.warning("%s: could not patch node %s: %s", sr, name, e)
+            log.warning("%s: could not patch node %s: %s", sr, name, describe_error(e) or e)
             return False
 
     async def patch_status(self, sr: SpecialResourceInfo, status: Mapping[str, Any]) -> bool:

@@ -176,3 +176,23 @@ def test_requests_are_counted_by_verb_and_resource_as_the_api_server_names_them(
 
     asyncio.run(go())
     assert seen == [("WATCH", "nodes"), ("LIST", "nodes")]
+
+
+def test_the_operators_own_write_is_read_back_and_an_older_event_does_not_undo_it() -> None:
+    async def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/gone"):
+            return httpx.Response(404, json={"message": "not found"})
+        patched = json.loads(request.content)["metadata"]["labels"]
+        return httpx.Response(200, json=node("n", "20", **patched))
+
+    cache = ClusterCache(
+        httpx.AsyncClient(transport=httpx.MockTransport(answer), base_url="https://api"), "ns"
+    )
+    cache.nodes.apply({"type": "ADDED", "object": node("n", "10")})
+    assert asyncio.run(cache.patch_node("n", {"metadata": {"labels": {"sro.dev/x.driver": "ready"}}}))
+    assert [n.labels for n in cache.node_infos()] == [{"sro.dev/x.driver": "ready"}]
+    cache.nodes.apply({"type": "MODIFIED", "object": node("n", "15")})  # the watch, behind the write
+    assert [n.labels for n in cache.node_infos()] == [{"sro.dev/x.driver": "ready"}]
+    cache.nodes.apply({"type": "MODIFIED", "object": node("n", "21", other="1")})
+    assert [n.labels for n in cache.node_infos()] == [{"other": "1"}]
+    assert not asyncio.run(cache.patch_node("gone", {"metadata": {}}))

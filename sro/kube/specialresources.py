@@ -16,7 +16,7 @@ import json
 import logging
 from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import yaml
@@ -46,6 +46,7 @@ from sro.kube.eviction import Evictor, post_event
 from sro.operator.observed import (
     NodeInfo,
     Observed,
+    PodInfo,
     QuotaInfo,
     SpecialResourceInfo,
     WorkloadPod,
@@ -58,6 +59,7 @@ from sro.operator.states import HARD_REASONS
 from sro.operator.upgrade import READS_PODS
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SpecialResource = create_global_resource(GROUP, VERSION, KIND, PLURAL)
 OWNED_KINDS: Mapping[str, Any] = {"DaemonSet": DaemonSet, "ConfigMap": ConfigMap, "Service": Service}
@@ -130,6 +132,9 @@ class SpecialResourceIO:
         return True
 
     async def _config_map(self, name: str) -> dict[str, str] | None:
+        """The ConfigMap's data in our namespace; None when it is not there (or none is named)."""
+        if not name:
+            return None
         try:
             cm = await self.client.get(ConfigMap, name, namespace=self.namespace)
         except ApiError as e:
@@ -139,78 +144,104 @@ class SpecialResourceIO:
         return dict(cm.data or {})
 
     async def observe(self, sr: SpecialResourceInfo) -> Observed:
-        ns = self.namespace
-        selector: dict[str, Any] = {SPECIALRESOURCE_LABEL: sr.name}
+        """Nodes and our pods from the cache; the rest read at once (a pass waits for the slowest
+        read, not for their sum: at 1,000 nodes a pass is what a node change waits for)."""
         await self.cache.synced()
         nodes = self.cache.node_infos()
-        pods = [
-            replace(p, log=await self._log_tail(p.name))
-            if p.phase == "Failed" or p.reason in HARD_REASONS or p.restarts >= 3
-            else p
-            for p in self.cache.pods_of(sr.name)
-        ]
-        prometheus_operator = await self._exists(CustomResourceDefinition, SERVICE_MONITOR_CRD)
-        openshift = await self._exists(CustomResourceDefinition, OPENSHIFT_CRD)
-        owned: list[tuple[str, str]] = []
-        revisions: dict[tuple[str, str], str] = {}
-        kinds = {**OWNED_KINDS, **(MONITORING_KINDS if prometheus_operator else {})}
-        for kind, res in kinds.items():
-            async for o in self.client.list(res, namespace=ns, labels=selector):
-                md = _dict(o)["metadata"]
-                owned.append((kind, md["name"]))
-                revision = (md.get("labels") or {}).get(DRIVER_REVISION_LABEL)
-                if revision:
-                    revisions[(kind, md["name"])] = revision
-        # the pods on nodes in an upgrade's eviction steps: what to wait for and what to evict
         state_key = upgrade_state_label(sr.name)
         upgrading = [n.name for n in nodes if n.labels.get(state_key) in READS_PODS]
-        workloads: list[WorkloadPod] = []
-        for node_name in upgrading:
-            async for p in self.client.list(Pod, namespace=ALL_NS, fields={"spec.nodeName": node_name}):
-                doc = _dict(p)
-                if (doc["metadata"].get("labels") or {}).get(SPECIALRESOURCE_LABEL) != sr.name:
-                    workloads.append(workload_from_json(doc))
-        everyone = [sr_from_json(_dict(o)) async for o in self.client.list(SpecialResource)]
-        others = [o for o in everyone if o.name != sr.name and not o.deleting]
-        custom = None
-        name = str(sr.spec.get("customManifests") or "")
-        if name:
-            custom = await self._config_map(name)
-        recipe = None
-        recipe_cm = str(sr.spec.get("recipeConfigMap") or "")
-        if recipe_cm:
-            data = await self._config_map(recipe_cm)
-            if data is not None:
-                try:
-                    loaded = yaml.safe_load(data.get("recipe.yaml", "")) or {}
-                    recipe = loaded if isinstance(loaded, dict) else {"recipe.yaml": "not a mapping"}
-                except yaml.YAMLError as e:
-                    recipe = {"recipe.yaml": f"invalid YAML: {e}"}
-        namespaces = [str(_dict(n)["metadata"]["name"]) async for n in self.client.list(Namespace)]
-        quotas = []
-        async for q in self.client.list(ResourceQuota, namespace=ALL_NS, labels=selector):
-            doc = _dict(q)
-            st = doc.get("status") or {}
-            md = doc["metadata"]
-            quotas.append(QuotaInfo(md["namespace"], md["name"], st.get("hard") or {}, st.get("used") or {}))
+        prometheus_operator, openshift = await asyncio.gather(
+            self._exists(CustomResourceDefinition, SERVICE_MONITOR_CRD),
+            self._exists(CustomResourceDefinition, OPENSHIFT_CRD),
+        )
+        kinds = {**OWNED_KINDS, **(MONITORING_KINDS if prometheus_operator else {})}
+        run = asyncio.ensure_future
+        pods = run(self._pods(sr.name))
+        owned_objects = run(asyncio.gather(*(self._owned(sr.name, kind, res) for kind, res in kinds.items())))
+        workloads = run(asyncio.gather(*(self._workloads(sr.name, node) for node in upgrading)))
+        everyone = run(self._special_resources())
+        custom = run(self._config_map(str(sr.spec.get("customManifests") or "")))
+        recipe = run(self._recipe(str(sr.spec.get("recipeConfigMap") or "")))
+        namespaces = run(self._namespaces())
+        quotas = run(self._quotas(sr.name))
+        elsewhere = run(self._owned_elsewhere(sr.name))
+        await asyncio.gather(
+            pods, owned_objects, workloads, everyone, custom, recipe, namespaces, quotas, elsewhere
+        )
+        owned = [(kind, md) for found in owned_objects.result() for kind, md in found]
         return Observed(
-            namespaces=tuple(namespaces),
-            quotas=tuple(quotas),
-            owned_elsewhere=tuple(await self._owned_elsewhere(sr.name)),
+            namespaces=tuple(namespaces.result()),
+            quotas=tuple(quotas.result()),
+            owned_elsewhere=tuple(elsewhere.result()),
             prometheus_operator=prometheus_operator,
             openshift=openshift,
             sr=sr,
             nodes=nodes,
-            pods=tuple(pods),
-            others=tuple(others),
-            owned=tuple(owned),
-            custom_manifests=custom,
-            custom_recipe=recipe,
+            pods=tuple(pods.result()),
+            others=tuple(o for o in everyone.result() if o.name != sr.name and not o.deleting),
+            owned=tuple((kind, md["name"]) for kind, md in owned),
+            custom_manifests=custom.result(),
+            custom_recipe=recipe.result(),
             image=self.image,
-            revisions=revisions,
-            workloads=tuple(workloads),
+            revisions={
+                (kind, md["name"]): md["labels"][DRIVER_REVISION_LABEL]
+                for kind, md in owned
+                if (md.get("labels") or {}).get(DRIVER_REVISION_LABEL)
+            },
+            workloads=tuple(w for found in workloads.result() for w in found),
             workload_nodes=tuple(upgrading),
         )
+
+    async def _pods(self, sr: str) -> list[PodInfo]:
+        """Our pods from the cache, with the log tail of those failing."""
+        pods = self.cache.pods_of(sr)
+        failing = [p for p in pods if p.phase == "Failed" or p.reason in HARD_REASONS or p.restarts >= 3]
+        tails = await _bounded([self._log_tail(p.name) for p in failing])
+        logs = {p.name: tail for p, tail in zip(failing, tails, strict=True)}
+        return [replace(p, log=logs[p.name]) if p.name in logs else p for p in pods]
+
+    async def _owned(self, sr: str, kind: str, res: Any) -> list[tuple[str, dict[str, Any]]]:
+        labels: dict[str, Any] = {SPECIALRESOURCE_LABEL: sr}
+        return [
+            (kind, _dict(o)["metadata"])
+            async for o in self.client.list(res, namespace=self.namespace, labels=labels)
+        ]
+
+    async def _workloads(self, sr: str, node: str) -> list[WorkloadPod]:
+        """The pods on a node in an upgrade's eviction steps: what to wait for and what to evict."""
+        found = []
+        async for p in self.client.list(Pod, namespace=ALL_NS, fields={"spec.nodeName": node}):
+            doc = _dict(p)
+            if (doc["metadata"].get("labels") or {}).get(SPECIALRESOURCE_LABEL) != sr:
+                found.append(workload_from_json(doc))
+        return found
+
+    async def _special_resources(self) -> list[SpecialResourceInfo]:
+        return [sr_from_json(_dict(o)) async for o in self.client.list(SpecialResource)]
+
+    async def _recipe(self, name: str) -> dict[str, Any] | None:
+        """recipe.yaml of spec.recipeConfigMap, parsed (a problem with it becomes a one-key mapping
+        that the recipe check refuses, naming it)."""
+        data = await self._config_map(name)
+        if data is None:
+            return None
+        try:
+            loaded = yaml.safe_load(data.get("recipe.yaml", "")) or {}
+        except yaml.YAMLError as e:
+            return {"recipe.yaml": f"invalid YAML: {e}"}
+        return loaded if isinstance(loaded, dict) else {"recipe.yaml": "not a mapping"}
+
+    async def _namespaces(self) -> list[str]:
+        return [str(_dict(n)["metadata"]["name"]) async for n in self.client.list(Namespace)]
+
+    async def _quotas(self, sr: str) -> list[QuotaInfo]:
+        quotas = []
+        async for q in self.client.list(ResourceQuota, namespace=ALL_NS, labels={SPECIALRESOURCE_LABEL: sr}):
+            doc = _dict(q)
+            st = doc.get("status") or {}
+            md = doc["metadata"]
+            quotas.append(QuotaInfo(md["namespace"], md["name"], st.get("hard") or {}, st.get("used") or {}))
+        return quotas
 
     async def _owned_elsewhere(self, sr: str) -> list[tuple[str, str, str]]:
         """Our partitioning objects: PriorityClasses (cluster-wide), quotas and limits (any namespace)."""
@@ -366,11 +397,11 @@ class SpecialResourceIO:
         return problems
 
 
-async def _bounded(steps: list[Coroutine[Any, Any, bool]]) -> list[bool]:
-    """Run the steps CONCURRENCY at a time; each says whether it succeeded."""
+async def _bounded(steps: list[Coroutine[Any, Any, T]]) -> list[T]:
+    """Run the steps CONCURRENCY at a time; their results in the steps' order."""
     gate = asyncio.Semaphore(CONCURRENCY)
 
-    async def one(step: Coroutine[Any, Any, bool]) -> bool:
+    async def one(step: Coroutine[Any, Any, T]) -> T:
         async with gate:
             return await step
 

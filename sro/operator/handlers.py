@@ -31,7 +31,7 @@ from sro.operator.reconcile import Plan, reconcile
 
 log = logging.getLogger("sro.operator")
 FINALIZER = f"{GROUP}/finalizer"
-MIN_PASS_INTERVAL = 0.5  # a burst of events makes one pass, not one each
+MIN_PASS_INTERVAL = 0.5  # seconds between the starts of two passes, at the least
 
 
 def describe(sr: str, plan: Plan) -> list[str]:
@@ -167,15 +167,16 @@ def build_registry(op: Operator) -> kopf.OperatorRegistry:
     async def walk_states(name: str, stopped: kopf.DaemonStopped, **_: Any) -> None:
         event = op.event_for(name)
         log.info("%s: watching", name)
+        loop = asyncio.get_running_loop()
         while not stopped:
             event.clear()  # before the pass: what changes during it wakes the next one
+            started = loop.time()
             try:
                 wait = await op.run_pass(name)
             except Exception as e:  # a pass must never kill the daemon: log, count, retry
                 log.exception("%s: reconcile pass failed: %s", name, e)
                 metrics.ERRORS.labels(name).inc()
                 wait = 5.0
-            await asyncio.sleep(MIN_PASS_INTERVAL)
             waiters: set[asyncio.Future[Any]] = {
                 asyncio.ensure_future(event.wait()),
                 asyncio.ensure_future(stopped.wait()),
@@ -183,6 +184,9 @@ def build_registry(op: Operator) -> kopf.OperatorRegistry:
             _done, pending = await asyncio.wait(waiters, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
             for w in pending:
                 w.cancel()
+            # passes start MIN_PASS_INTERVAL apart at the most: a burst of events makes one more
+            # pass, not one each, while a single change after a quiet spell is acted on at once
+            await asyncio.sleep(max(0.0, MIN_PASS_INTERVAL - (loop.time() - started)))
         op.wake.pop(name, None)
 
     @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry)

@@ -245,21 +245,18 @@ class Simulator:
 
     # ---- nodes and leases ------------------------------------------------------------------
     async def create_node(self, i: int) -> None:
-        doc = node_doc(self.config, i)
+        # registered with its status, as a kubelet does: a Node without a Ready condition crashes this
+        # Kubernetes' node lifecycle controller (a nil condition in its NoExecute tainting pass)
+        doc = node_doc(self.config, i) | node_status(self.config, i)
         name = doc["metadata"]["name"]
         resp = await self.call("POST", "/api/v1/nodes", doc, ok=(409,))
         uid = ""
         if resp is not None and resp.status_code < 300:
             uid = resp.json()["metadata"]["uid"]
-        elif resp is not None and resp.status_code == 409:
+        elif resp is not None and resp.status_code == 409:  # left by a run that was killed
             got = await self.call("GET", f"/api/v1/nodes/{name}")
             uid = got.json()["metadata"]["uid"] if got is not None and got.status_code == 200 else ""
-        await self.call(
-            "PATCH",
-            f"/api/v1/nodes/{name}/status",
-            node_status(self.config, i),
-            "application/merge-patch+json",
-        )
+            await self.post_status(name)
         lease = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",

@@ -184,7 +184,7 @@ def build_registry(op: Operator) -> kopf.OperatorRegistry:
             _done, pending = await asyncio.wait(waiters, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
             for w in pending:
                 w.cancel()
-            # passes start MIN_PASS_INTERVAL apart at the most: a burst of events makes one more
+            # passes start at least MIN_PASS_INTERVAL apart: a burst of events makes one more
             # pass, not one each, while a single change after a quiet spell is acted on at once
             await asyncio.sleep(max(0.0, MIN_PASS_INTERVAL - (loop.time() - started)))
         op.wake.pop(name, None)

@@ -3,7 +3,7 @@
 One watch on Nodes and one on the pods of every SpecialResource (in the operator's namespace,
 labelled `sro.dev/specialresource`) serve the whole operator: every SpecialResource's passes and the
 NodeFeatureRule step read their records from here instead of listing the cluster each pass, and
-their wake-ups come from the same events (`node_listeners`, `pod_listeners`: called with the event
+their wake-ups come from the same events (`nodes.listeners`, `pods.listeners`: called with the event
 type and the object, or with "RESYNC" and None after a fresh list).
 """
 
@@ -11,20 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
 
 from sro.api.names import SPECIALRESOURCE_LABEL
-from sro.kube.reflector import RESYNC, Reflector
+from sro.kube.reflector import Reflector
 from sro.operator.nodefeaturerules import NodeState, node_state
 from sro.operator.observed import NodeInfo, PodInfo, node_from_json, pod_from_json
 
-Listener = Callable[[str, Mapping[str, Any] | None], None]
 SYNC_TIMEOUT = 60.0  # a pass waits this long for the first lists, then fails with the reason (retried)
-
-__all__ = ["RESYNC", "ClusterCache", "Listener"]
 
 
 def _name(obj: Mapping[str, Any]) -> str:
@@ -43,27 +40,14 @@ def _node(obj: Mapping[str, Any]) -> tuple[NodeInfo, NodeState]:
 class ClusterCache:
     def __init__(self, http: httpx.AsyncClient, namespace: str) -> None:
         self.http = http
-        self.node_listeners: list[Listener] = []
-        self.pod_listeners: list[Listener] = []
-        self.nodes: Reflector[tuple[NodeInfo, NodeState]] = Reflector(
-            http, "/api/v1/nodes", _name, _node, on_event=self._node_event
-        )
+        self.nodes: Reflector[tuple[NodeInfo, NodeState]] = Reflector(http, "/api/v1/nodes", _name, _node)
         self.pods: Reflector[PodInfo] = Reflector(
             http,
             f"/api/v1/namespaces/{namespace}/pods",
             _pod_key,
             pod_from_json,
-            on_event=self._pod_event,
             params={"labelSelector": SPECIALRESOURCE_LABEL},
         )
-
-    def _node_event(self, kind: str, obj: Mapping[str, Any] | None) -> None:
-        for listener in self.node_listeners:
-            listener(kind, obj)
-
-    def _pod_event(self, kind: str, obj: Mapping[str, Any] | None) -> None:
-        for listener in self.pod_listeners:
-            listener(kind, obj)
 
     async def run(self) -> None:
         """Both reflectors, for ever (cancel the task to stop)."""

@@ -12,8 +12,9 @@ away that it has not read yet). `synced` is set once the first list is in.
 
 The contract is the API server's: a watch starts at the list's resourceVersion; ADDED/MODIFIED/DELETED
 change one record; BOOKMARK moves the resourceVersion on; an ERROR with code 410 (the version is older
-than the server keeps) or a watch that keeps failing means list again. After a fresh list `on_event`
-is called with type "RESYNC" and no object, since anything may have changed meanwhile.
+than the server keeps) or a watch that keeps failing means list again. Each change is told to the
+`listeners` (the event type and the object); after a fresh list they hear "RESYNC" and no object,
+since anything may have changed meanwhile.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ T = TypeVar("T")
 PAGE = 500
 WATCH_SECONDS = 240  # the server ends each watch after this; the reflector goes on from where it was
 RESYNC = "RESYNC"
+Listener = Callable[[str, Mapping[str, Any] | None], None]
 
 
 class ListWatchError(Exception):
@@ -47,14 +49,13 @@ class Reflector(Generic[T]):
         path: str,
         key: Callable[[Mapping[str, Any]], str],
         parse: Callable[[Mapping[str, Any]], T],
-        on_event: Callable[[str, Mapping[str, Any] | None], None] = lambda _type, _obj: None,
         params: Mapping[str, str] | None = None,
     ) -> None:
         self.http = http
         self.path = path
         self.key = key
         self.parse = parse
-        self.on_event = on_event
+        self.listeners: list[Listener] = []
         self.params = dict(params or {})
         self.items: dict[str, T] = {}
         self.versions: dict[str, str] = {}  # key -> resourceVersion of the record held
@@ -97,7 +98,7 @@ class Reflector(Generic[T]):
         self.lists += 1
         self.error = ""
         self.synced.set()
-        self.on_event(RESYNC, None)
+        self._tell(RESYNC, None)
 
     async def _get(self, params: Mapping[str, str]) -> dict[str, Any]:
         resp = await self.http.get(self.path, params=params)
@@ -149,8 +150,12 @@ class Reflector(Generic[T]):
                 return True
         else:
             return True
-        self.on_event(str(kind), obj)
+        self._tell(str(kind), obj)
         return True
+
+    def _tell(self, kind: str, obj: Mapping[str, Any] | None) -> None:
+        for listener in self.listeners:
+            listener(kind, obj)
 
     def update(self, obj: Mapping[str, Any]) -> bool:
         """Hold `obj` unless the record held is newer; False when it was not taken.

@@ -62,8 +62,8 @@ class Operator:
         self.wake: dict[str, asyncio.Event] = {}
         self.nodes = NodeWatch()
         self._generations: dict[str, int] = {}
-        io.cache.node_listeners.append(self.node_event)
-        io.cache.pod_listeners.append(self.pod_event)
+        io.cache.nodes.listeners.append(self.node_event)
+        io.cache.pods.listeners.append(self.pod_event)
 
     def generation_changed(self, name: str, generation: int) -> bool:
         """True when the SpecialResource's spec changed since last seen (its status changes are ours)."""

@@ -147,7 +147,7 @@ def register(registry: kopf.OperatorRegistry, client: Any, cache: ClusterCache) 
         if body is None or loop.node_changed(body, deleted=kind == "DELETED"):
             loop.poke()
 
-    cache.node_listeners.append(node_event)
+    cache.nodes.listeners.append(node_event)
 
     @kopf.on.startup(registry=registry)
     async def start_nodefeaturerules(**_: Any) -> None:

@@ -57,9 +57,9 @@ async def reflect(server: Server, until: Any, **kwargs: Any) -> tuple[Reflector[
         "/api/v1/nodes",
         key=lambda o: o["metadata"]["name"],
         parse=lambda o: ",".join(sorted(o["metadata"].get("labels", {}))),
-        on_event=seen,
         **kwargs,
     )
+    r.listeners.append(seen)
     task = asyncio.create_task(r.run())
     for _ in range(300):
         await asyncio.sleep(0.01)
@@ -132,7 +132,7 @@ def test_the_cache_groups_pods_by_special_resource_and_wakes_listeners() -> None
 
     cache = ClusterCache(httpx.AsyncClient(), "sro-system")
     heard: list[str] = []
-    cache.pod_listeners.append(lambda kind, obj: heard.append(kind))
+    cache.pods.listeners.append(lambda kind, obj: heard.append(kind))
     for event in ({"type": "ADDED", "object": pod("a", "p1")}, {"type": "ADDED", "object": pod("ab", "p2")}):
         assert cache.pods.apply(event)
     assert [p.name for p in cache.pods_of("a")] == ["p1"]

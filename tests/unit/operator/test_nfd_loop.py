@@ -129,4 +129,4 @@ def test_the_step_joins_the_operators_registry() -> None:
     assert {"nodefeaturerule_event", "nodefeature_event", "spec_changed"} <= names
     watched = {s.plural for s in registry._watching.get_all_selectors()}
     assert "nodes" not in watched and "pods" not in watched, watched
-    assert len(cache.node_listeners) == 2 and len(cache.pod_listeners) == 1
+    assert len(cache.nodes.listeners) == 2 and len(cache.pods.listeners) == 1

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from typing import Any
 
 import grpc
 
-from benchmarks.harness import Figure, percentile, rss_mib, timings
+from benchmarks.harness import Figure, percentile, rss_mib, stop, timings
 from sro.api.recipes import SIMULATED_GPU
 from sro.devices import driverstate, simconfig
 from sro.node.deviceplugin import api_pb2, api_pb2_grpc
@@ -144,12 +143,8 @@ def run() -> list[Figure]:
         plugin_rss, bare_rss = rss_mib(proc.pid), rss_mib(bare.pid)
         channel.close()
     finally:
-        proc.send_signal(signal.SIGTERM)
         bare.kill()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc, 10)
         bare.wait()
         kubelet.server.stop(0)
         shutil.rmtree(tmp, ignore_errors=True)

@@ -21,7 +21,6 @@ import json
 import logging
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -36,7 +35,7 @@ from typing import Any
 import grpc
 import yaml
 
-from benchmarks.harness import Figure, percentile, rss_mib, timings
+from benchmarks.harness import Figure, percentile, rss_mib, stop, timings
 from sro.api.recipes import SIMULATED_GPU
 from sro.devices import driverstate, simconfig
 from sro.devices.model import Backend
@@ -255,12 +254,7 @@ def run() -> list[Figure]:
         conn.close()
         sconn.close()
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, 10)
         if static is not None:
             static.kill()
             static.wait()

@@ -49,7 +49,7 @@ from lightkube.resources.core_v1 import Namespace, Node, Pod, ServiceAccount
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks.harness import Figure, rss_mib
+from benchmarks.harness import Figure, poll, rss_mib
 from sro.api.names import GROUP, KIND, NAMESPACE, PLURAL, SPECIALRESOURCE_LABEL, STATE_LABEL, VERSION
 from sro.api.specialresource import (
     DEVICE_PLUGIN,
@@ -106,15 +106,8 @@ class FloorRun:
 
 
 def _poll_until(what: str, check: Callable[[], bool], timeout: float = TIMEOUT) -> float:
-    """Calls `check` every POLL seconds (a steady cadence) until true; seconds it took."""
-    start = time.monotonic()
-    tick = start
-    while not check():
-        if time.monotonic() - start > timeout:
-            raise RuntimeError(f"benchmark: timed out after {timeout:.0f} s waiting for {what}")
-        tick += POLL
-        time.sleep(max(0.0, tick - time.monotonic()))
-    return time.monotonic() - start
+    """`check` every POLL seconds until true; seconds it took."""
+    return poll(what, check, timeout, POLL)
 
 
 def _gone(client: Client, res: Any, name: str, namespace: str | None = None) -> bool:

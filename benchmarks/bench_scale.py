@@ -34,7 +34,6 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +45,7 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Namespace, Node, Pod
 from lightkube.types import PatchType
 
-from benchmarks.harness import Figure, percentile, rss_mib
+from benchmarks.harness import Figure, percentile, poll, rss_mib, stop
 from benchmarks.simnodes import SIM_LABEL
 from sro.api.names import GROUP, KIND, NAMESPACE, PLURAL, SPECIALRESOURCE_LABEL, VERSION
 from sro.api.specialresource import validated_label
@@ -70,15 +69,6 @@ _T0 = time.monotonic()
 
 def _progress(message: str) -> None:
     print(f"[scale bench {time.monotonic() - _T0:7.1f}s] {message}", file=sys.stderr, flush=True)
-
-
-def _poll(what: str, check: Callable[[], bool], timeout: float, every: float = 1.0) -> float:
-    start = time.monotonic()
-    while not check():
-        if time.monotonic() - start > timeout:
-            raise RuntimeError(f"scale benchmark: timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(every)
-    return time.monotonic() - start
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -131,13 +121,7 @@ class Simulated:
         raise RuntimeError(f"the simulator exited ({self.proc.wait()}); see {self.log.name}")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=180)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop(self.proc, 180)
         self.log.close()
 
 
@@ -177,7 +161,7 @@ def _baseline(client: Client, n: int, image: str) -> float:
             for ds in dss
         )
 
-    _poll(f"{STAGES} plain DaemonSets Ready on {n} nodes", all_ready, 1800)
+    poll(f"{STAGES} plain DaemonSets Ready on {n} nodes", all_ready, 1800)
     took = time.monotonic() - t0
     _remove_floor(client)
     return took
@@ -197,7 +181,7 @@ def _remove_floor(client: Client) -> None:
             return e.status.code == 404
         return False
 
-    _poll(f"namespace {FLOOR_NS} gone", gone, 900, 2)
+    poll(f"namespace {FLOOR_NS} gone", gone, 900, 2)
 
 
 # ---- the operator ----------------------------------------------------------------------------------
@@ -279,7 +263,7 @@ def _operator_run(client: Client, cluster: Any, n: int, image: str, workdir: Pat
             peak.append(rss_mib(op.pid))
             return int(_status(client).get("validatedCount") or 0) >= n - 1
 
-        size.validated = _poll(f"{n - 1} of {n} simulated nodes validated", validated, 3600, 2)
+        size.validated = poll(f"{n - 1} of {n} simulated nodes validated", validated, 3600, 2)
         size.cpu = _cpu_seconds(op.pid) - cpu0
         size.apiserver_cpu = _cpu_seconds(apiserver) - api0
         size.passes, size.pass_mean, size.pass_p99 = _passes()
@@ -312,7 +296,7 @@ def _operator_run(client: Client, cluster: Any, n: int, image: str, workdir: Pat
         for name in moved:
             t = time.monotonic()
             _label_pool(client, [name], "b")
-            _poll(
+            poll(
                 f"{name}'s validated label taken back",
                 lambda name=name: key not in (client.get(Node, name).metadata.labels or {}),
                 120,
@@ -325,12 +309,7 @@ def _operator_run(client: Client, cluster: Any, n: int, image: str, workdir: Pat
         _delete_sr(client)
     finally:
         _delete_sr(client)  # when the run failed half-way: while the operator still runs its finalizer
-        op.send_signal(signal.SIGTERM)
-        try:
-            op.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            op.kill()
-            op.wait()
+        stop(op, 30)
         log.close()
     return size
 
@@ -354,7 +333,7 @@ def _delete_sr(client: Client) -> None:
     except ApiError as e:
         if e.status.code != 404:
             raise
-    _poll("the SpecialResource and its pods gone", gone, 1800, 2)
+    poll("the SpecialResource and its pods gone", gone, 1800, 2)
 
 
 def _measure(client: Client, cluster: Any, n: int, image: str, workdir: Path) -> Size:
@@ -377,7 +356,7 @@ def _measure(client: Client, cluster: Any, n: int, image: str, workdir: Path) ->
     finally:
         _remove_floor(client)  # when the run failed half-way: the simulator finalizes the pods
         sim.stop()
-    _poll("the simulated nodes gone", lambda: not list(client.list(Node, labels={SIM_LABEL: "true"})), 300, 2)
+    poll("the simulated nodes gone", lambda: not list(client.list(Node, labels={SIM_LABEL: "true"})), 300, 2)
     return size
 
 

@@ -7,10 +7,13 @@ we compare across runs. Each benchmark module exposes `run() -> list[Figure]`.
 
 from __future__ import annotations
 
+import signal
 import statistics
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -52,3 +55,27 @@ def rss_mib(pid: int) -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def poll(what: str, check: Callable[[], bool], timeout: float, every: float = 1.0) -> float:
+    """Calls `check` every `every` seconds (a steady cadence) until true; seconds it took."""
+    start = time.monotonic()
+    tick = start
+    while not check():
+        if time.monotonic() - start > timeout:
+            raise RuntimeError(f"benchmark: timed out after {timeout:.0f} s waiting for {what}")
+        tick += every
+        time.sleep(max(0.0, tick - time.monotonic()))
+    return time.monotonic() - start
+
+
+def stop(proc: subprocess.Popen[Any], timeout: float) -> None:
+    """SIGTERM, then SIGKILL after `timeout` seconds; the process is reaped either way."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -17,9 +17,10 @@ from typing import Any
 import click
 from rich.console import Console
 
-from sro import progress
 from sro.api.names import IMAGE, NAMESPACE
 from sro.api.openshift import PLATFORMS
+from sro.console import progress
+from sro.console.progress import Progress
 from sro.installing import (
     DEPLOY_COMMAND,
     DEPLOY_PULL_POLICY,
@@ -34,7 +35,6 @@ from sro.installing import (
     write_tree,
 )
 from sro.openshift.overlay import OVERLAY_COMMAND
-from sro.progress import Progress
 
 console = Console(stderr=True, soft_wrap=True)  # whole lines: logs and tests read them
 POLL = 0.5  # seconds between checks while waiting: a second install is done after one look

@@ -11,13 +11,13 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from sro import progress
+from sro.console import progress
+from sro.console.progress import Progress
 from sro.local.cluster import ClusterError, LocalCluster
 from sro.local.hollowconfig import DEFAULT_CONFIG, HollowConfigError, parse_config
 from sro.local.images import ImageError
 from sro.local.kubebuild import BuildError
 from sro.local.layout import Ports
-from sro.progress import Progress
 
 console = Console(stderr=True)
 

@@ -1,0 +1,1 @@
+"""Terminal-facing pieces shared by commands: step progress and shared click options."""

@@ -33,7 +33,7 @@ from sro.api.nfd_crds import (
 )
 
 if TYPE_CHECKING:  # the discovery agent imports this module: keep the operator's modules out of it
-    from sro.kube.clustercache import ClusterCache
+    from sro.operator.cluster.cache import ClusterCache
     from sro.operator.nodefeaturerules import NodeState
 
 log = logging.getLogger(__name__)

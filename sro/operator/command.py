@@ -24,9 +24,9 @@ async def _run(namespace: str, image: str, metrics_port: int, health_port: int, 
     import kopf
 
     from sro.kube.client import async_client, async_http, count_requests, lightkube_http
-    from sro.kube.clustercache import ClusterCache
+    from sro.operator.cluster.cache import ClusterCache
     from sro.kube.leases import LeaderElection
-    from sro.kube.specialresources import SpecialResourceIO
+    from sro.operator.cluster.specialresources import SpecialResourceIO
     from sro.operator import metrics
     from sro.operator.handlers import Operator, build_registry
     from sro.operator.nfd_handlers import register as register_nodefeaturerules

@@ -5,7 +5,7 @@ daemon sleeps until the plan's requeue time or until a pod of its SpecialResourc
 reconcile reads of a node (`nodewatch`: its selection, kernel/OS and sro labels, taints, cordon),
 changes — so a state that becomes ready on a node is acted on within a second, a thousand kubelets'
 status updates wake nothing, and nothing polls faster than it must. Nodes and pods are watched once
-for the whole operator by `sro.kube.clustercache`; a pass reads its records instead of listing the
+for the whole operator by `sro.operator.cluster.cache`; a pass reads its records instead of listing the
 cluster. A pass that raises is logged and retried; one broken node never stops the others, because
 each step of a plan is carried out independently.
 """
@@ -23,7 +23,7 @@ import kopf
 from sro.api.names import GROUP, PLURAL, SPECIALRESOURCE_LABEL, VERSION
 from sro.api.recipes import BUILTIN
 from sro.api.specialresource import READY
-from sro.kube.specialresources import SpecialResourceIO
+from sro.operator.cluster.specialresources import SpecialResourceIO
 from sro.operator import metrics
 from sro.operator.nodewatch import NodeWatch
 from sro.operator.observed import SpecialResourceInfo
@@ -203,7 +203,7 @@ def build_registry(op: Operator) -> kopf.OperatorRegistry:
 
     # The event handler is async so that kopf runs it in the event loop: asyncio.Event.set() is
     # not safe from the thread a sync handler would run in (a lost wake-up costs a whole requeue).
-    # Node and pod events come from the cache's watches (sro.kube.clustercache), in the same loop.
+    # Node and pod events come from the cache's watches (sro.operator.cluster.cache), in the same loop.
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     async def spec_changed(name: str, meta: Mapping[str, Any], **_: Any) -> None:
         if op.generation_changed(name, int(meta.get("generation") or 0)):

@@ -22,7 +22,7 @@ from typing import Any
 import kopf
 
 from sro.api.nfd_crds import NFD_GROUP, NFD_VERSION, NODE_FEATURE_RULES, NODE_FEATURES
-from sro.kube.clustercache import ClusterCache
+from sro.operator.cluster.cache import ClusterCache
 from sro.kube.nodefeatures import CrdMissing, NodeFeatureRuleIO
 from sro.operator.nodefeaturerules import NodeChange, parse_rule_object, plan
 

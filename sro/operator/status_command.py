@@ -113,7 +113,7 @@ def status(name: str | None, kubeconfig: str | None, logs: bool, prometheus: str
     from lightkube import ApiError
 
     from sro.kube.client import sync_client
-    from sro.kube.specialresources import read_for_status
+    from sro.operator.cluster.specialresources import read_for_status
 
     try:
         srs, nodes = read_for_status(sync_client(kubeconfig), name)

@@ -85,7 +85,7 @@ def pick(srs: Sequence[SpecialResourceInfo], name: str | None) -> SpecialResourc
 
 def _read(kubeconfig: str | None) -> tuple[Any, list[SpecialResourceInfo], list[NodeInfo]]:
     from sro.kube.client import sync_client
-    from sro.kube.specialresources import read_for_status
+    from sro.operator.cluster.specialresources import read_for_status
 
     client = sync_client(kubeconfig)
     srs, nodes = read_for_status(client)
@@ -131,7 +131,7 @@ def status(sr_name: str | None, kubeconfig: str | None) -> None:
 
 
 def _set_paused(sr_name: str | None, kubeconfig: str | None, paused: bool) -> None:
-    from sro.kube.specialresources import SpecialResource
+    from sro.operator.cluster.specialresources import SpecialResource
 
     client, srs, _ = _read(kubeconfig)
     sr = pick(srs, sr_name)

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sro.kube.clustercache import ClusterCache
+from sro.operator.cluster.cache import ClusterCache
 from sro.kube.reflector import RESYNC, ListWatchError, Reflector
 
 pytestmark = pytest.mark.timeout(30)

@@ -114,8 +114,8 @@ def test_the_step_joins_the_operators_registry() -> None:
     each; Nodes and pods are not watched by kopf but by the shared cache, which wakes both."""
     import httpx
 
-    from sro.kube.clustercache import ClusterCache
-    from sro.kube.specialresources import SpecialResourceIO
+    from sro.operator.cluster.cache import ClusterCache
+    from sro.operator.cluster.specialresources import SpecialResourceIO
     from sro.operator.handlers import Operator, build_registry
     from sro.operator.nfd_handlers import register
 

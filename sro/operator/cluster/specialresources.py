@@ -41,7 +41,7 @@ from sro.api.names import (
 from sro.api.openshift import OPENSHIFT_CRD
 from sro.api.specialresource import upgrade_state_label
 from sro.kube.client import describe_error
-from sro.kube.clustercache import ClusterCache
+from sro.operator.cluster.cache import ClusterCache
 from sro.kube.eviction import Evictor, post_event
 from sro.operator.observed import (
     NodeInfo,

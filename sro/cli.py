@@ -62,7 +62,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Node features as NFD labels; --publish labels the Node.",
     ),
     "driver": (
-        "sro.devices.commands:driver",
+        "sro.node.commands:driver",
         "Drivers: `driver simulate` installs the SIMULATED GPU driver.",
     ),
     "simulate": (
@@ -141,7 +141,7 @@ def environment_error(e: BaseException) -> str | None:
     a permission or a cluster. The traceback is still logged with -vv.
     """
     if "httpx" in sys.modules or "lightkube" in sys.modules:  # only commands that use them load them
-        from sro.kube.client import describe_error
+        from sro.kube.errors import describe_error
 
         message = describe_error(e)
         if message is not None:

@@ -1,6 +1,6 @@
 """What holds a driver on a node: the holder scan's exit codes and its one-line JSON summary.
 
-Why here: `sro driver holders` (the node side, `sro.node.holders`) writes the summary as the
+Why here: `sro driver holders` (the node side, `sro.node.holderscan`) writes the summary as the
 holder-scan pod's termination message and the operator reads it back to say which processes keep a
 driver upgrade waiting; the two never import each other, so the format is a contract in `api/`.
 

@@ -11,7 +11,8 @@ import yaml
 from click.testing import CliRunner
 
 from sro.devices import simconfig
-from sro.devices.commands import driver, simulate
+from sro.devices.commands import simulate
+from sro.node.commands import driver
 from sro.node.deviceplugin.commands import device_plugin
 
 EXAMPLES = resources.files("sro.devices") / "examples"

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from sro.devices import simconfig
-from sro.devices.commands import driver
+from sro.node.commands import driver
 
 EXAMPLE = (resources.files("sro.devices") / "examples" / "8gpu-nvlink.yaml").read_text()
 

@@ -19,8 +19,8 @@ from click.testing import CliRunner
 from sro.api import holders as contract
 from sro.api.recipes import SIMULATED_GPU
 from sro.devices import simconfig, simulated_driver
-from sro.devices.commands import driver
-from sro.node import holders
+from sro.node import holderscan as holders
+from sro.node.commands import driver
 
 pytestmark = pytest.mark.root
 

@@ -15,8 +15,8 @@ from click.testing import CliRunner
 
 from sro.api import holders as contract
 from sro.api.recipes import NVIDIA_GPU, SIMULATED_GPU
-from sro.devices.commands import driver
-from sro.node import holders
+from sro.node import holderscan as holders
+from sro.node.commands import driver
 
 POD = "0c6e6d3e-9a4f-4f0e-8d55-2b1e3c4d5e6f"
 NULL = os.stat("/dev/null").st_rdev

@@ -50,15 +50,21 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.harness import Figure, poll, rss_mib
-from sro.api.names import GROUP, KIND, NAMESPACE, PLURAL, SPECIALRESOURCE_LABEL, STATE_LABEL, VERSION
-from sro.api.specialresource import (
+from sro.api.names import (
     DEVICE_PLUGIN,
     DEVICE_PLUGIN_VALIDATION,
     DRIVER,
     DRIVER_VALIDATION,
     FEATURE_DISCOVERY,
+    GROUP,
+    KIND,
     MONITORING,
+    NAMESPACE,
+    PLURAL,
     RUNTIME,
+    SPECIALRESOURCE_LABEL,
+    STATE_LABEL,
+    VERSION,
     reached_annotation,
     state_label,
     validated_label,

@@ -47,8 +47,7 @@ from lightkube.types import PatchType
 
 from benchmarks.harness import Figure, percentile, poll, rss_mib, stop
 from benchmarks.simnodes import SIM_LABEL
-from sro.api.names import GROUP, KIND, NAMESPACE, PLURAL, SPECIALRESOURCE_LABEL, VERSION
-from sro.api.specialresource import validated_label
+from sro.api.names import GROUP, KIND, NAMESPACE, PLURAL, SPECIALRESOURCE_LABEL, VERSION, validated_label
 from sro.local.hollowconfig import DEFAULT_CONFIG
 
 ROOT = Path(__file__).resolve().parent.parent

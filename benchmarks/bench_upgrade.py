@@ -51,7 +51,7 @@ from benchmarks.bench_operator import (
     _remove_floor_namespace,
 )
 from benchmarks.harness import Figure
-from sro.api.specialresource import upgrade_state_label, validated_label
+from sro.api.names import upgrade_state_label, validated_label
 from sro.local.layout import BUSYBOX_IMAGE
 from sro.operator.upgrade import CORDONED, DONE, DRIVER_REPLACED, VALIDATED
 

@@ -29,9 +29,8 @@ from rich.console import Console
 from rich.table import Table
 
 from sro import demo_partitioning
-from sro.api.names import NAMESPACE, NFD_PREFIX
+from sro.api.names import NAMESPACE, NFD_PREFIX, STATE_NAMES, state_label, validated_label
 from sro.api.recipes import SIMULATED_GPU
-from sro.api.specialresource import STATE_NAMES, state_label, validated_label
 from sro.local.cluster import ClusterError, LocalCluster
 from sro.local.commands import steps
 from sro.local.layout import BUSYBOX_IMAGE, RUNTIME_HANDLER

@@ -10,20 +10,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sro.api.names import GROUP, KIND, PLURAL, SHORT_NAME, VERSION
-from sro.api.specialresource import (
+from sro.api.names import (
     DEVICE_PLUGIN,
     DEVICE_PLUGIN_VALIDATION,
-    DISABLED_BY_DEFAULT,
     DRIVER,
     DRIVER_VALIDATION,
     FEATURE_DISCOVERY,
-    IMAGE_TEMPLATE_VARS,
+    GROUP,
+    KIND,
     MONITORING,
+    PLURAL,
+    RUNTIME,
+    SHORT_NAME,
+    VERSION,
+)
+from sro.api.specialresource import (
+    DISABLED_BY_DEFAULT,
+    IMAGE_TEMPLATE_VARS,
     PREEMPTION_POLICIES,
     PRIORITY_MAX,
     PRIORITY_MIN,
-    RUNTIME,
     STATE_FIELDS,
 )
 

@@ -1,7 +1,8 @@
-"""Fixed names of the project: API group, label prefixes, image, namespace.
+"""Fixed names of the project: API group, label prefixes, image, namespace, the states in order,
+and every builder of a node label, taint or annotation key.
 
 Every other module takes these from here so that a label written by a node agent and the selector
-the operator renders can never drift apart.
+the operator renders can never drift apart (`sro status` reads the same keys the operator writes).
 """
 
 from __future__ import annotations
@@ -33,11 +34,6 @@ MANAGED_BY_VALUE: Final = "sro"
 COMPONENT_LABEL: Final = "app.kubernetes.io/component"
 
 
-def sro_label(name: str) -> str:
-    """Our label key for `name` (e.g. `sro_label("gpu.simulated")` -> `sro.dev/gpu.simulated`)."""
-    return PREFIX + name
-
-
 # Labels the operator puts on every object it renders for a SpecialResource, and on their pods.
 SPECIALRESOURCE_LABEL: Final = f"{GROUP}/specialresource"
 STATE_LABEL: Final = f"{GROUP}/state"
@@ -48,3 +44,72 @@ DRIVER_REVISION_LABEL: Final = f"{GROUP}/driver-revision"
 # zipapp, the launcher the containerd runtime handler `sro` runs, hooks.d entries, CDI specs).
 RUNTIME_ROOT: Final = "/var/lib/sro/runtime"
 RUNTIME_LAUNCHER: Final = f"{RUNTIME_ROOT}/sro-runtime"
+
+# The ordered states, as the seeds name them. Each starts on a node only after the previous one is
+# ready there; `sro.dev/<sr>.<state>=ready` records it on the Node.
+DRIVER: Final = "driver"
+DRIVER_VALIDATION: Final = "driver-validation"
+RUNTIME: Final = "runtime"
+DEVICE_PLUGIN: Final = "device-plugin"
+DEVICE_PLUGIN_VALIDATION: Final = "device-plugin-validation"
+MONITORING: Final = "monitoring"
+FEATURE_DISCOVERY: Final = "feature-discovery"
+STATE_NAMES: Final = (
+    DRIVER,
+    DRIVER_VALIDATION,
+    RUNTIME,
+    DEVICE_PLUGIN,
+    DEVICE_PLUGIN_VALIDATION,
+    MONITORING,
+    FEATURE_DISCOVERY,
+)
+
+READY: Final = "ready"
+LABEL_NAME_MAX: Final = 63  # the part of a label key after the prefix
+
+
+def state_label(sr: str, state: str) -> str:
+    """`sro.dev/<sr>.<state>`: set to `ready` on a node when the state is ready there."""
+    return f"{PREFIX}{sr}.{state}"
+
+
+def validated_label(sr: str) -> str:
+    return f"{PREFIX}{sr}.validated"
+
+
+def not_ready_taint(sr: str) -> str:
+    """The startup taint (`spec.startupTaint`) kept on a matching node until it is validated."""
+    return f"{PREFIX}{sr}.not-ready"
+
+
+def reached_annotation(sr: str) -> str:
+    """Node annotation with the time each state became ready there (`state=RFC3339,...`)."""
+    return f"{PREFIX}{sr}.reached"
+
+
+def simulated_opt_in_label(recipe: str) -> str:
+    """Nodes opt in to a simulated recipe with this label set to `true` (no PCI device to match)."""
+    return f"{PREFIX}{recipe}.enabled"
+
+
+def driver_revision_label(sr: str) -> str:
+    """`sro.dev/<sr>.driver-revision`: which driver revision's DaemonSet runs on the node (the
+    operator moves it from the old revision to the new one when the node's upgrade reaches it)."""
+    return f"{PREFIX}{sr}.driver-revision"
+
+
+def upgrade_state_label(sr: str) -> str:
+    """`sro.dev/<sr>.upgrade-state`: where the node is in a driver upgrade (see `UPGRADE_STATES`)."""
+    return f"{PREFIX}{sr}.upgrade-state"
+
+
+def upgrade_annotation(sr: str) -> str:
+    """Node annotation with the node's upgrade record (JSON: from, to, state, step times, reason)."""
+    return f"{PREFIX}{sr}.upgrade"
+
+
+def longest_label_name(sr: str) -> str:
+    """The longest of SpecialResource `sr`'s label names (after the prefix), to check against
+    `LABEL_NAME_MAX`."""
+    suffixes = (*STATE_NAMES, "validated", "not-ready", "reached", "driver-revision", "upgrade-state")
+    return max((f"{sr}.{s}" for s in suffixes), key=len)

@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sro.api import passthrough
-from sro.api.names import RUNTIME_LAUNCHER
+from sro.api.names import RUNTIME_LAUNCHER, simulated_opt_in_label
 from sro.api.recipes import SIMULATED_GPU
-from sro.api.specialresource import simulated_opt_in_label
 from sro.local import cleanup, supervisor
 from sro.local.components import ApiLimits, Component, NodeFacts, admin_kubeconfig, components
 from sro.local.hollow import HollowNodes

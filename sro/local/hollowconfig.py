@@ -25,8 +25,7 @@ from typing import Any
 
 import yaml
 
-from sro.api.names import NFD_PREFIX
-from sro.api.specialresource import DEVICE_PLUGIN_VALIDATION, DRIVER_VALIDATION, STATE_NAMES
+from sro.api.names import DEVICE_PLUGIN_VALIDATION, DRIVER_VALIDATION, NFD_PREFIX, STATE_NAMES
 from sro.local.pki import CertSpec
 
 VALIDATION_STATES = (DRIVER_VALIDATION, DEVICE_PLUGIN_VALIDATION)  # run-to-completion pods

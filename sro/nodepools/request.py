@@ -11,8 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from sro.api.names import PREFIX
-from sro.api.specialresource import LABEL_NAME_MAX, longest_label_name, not_ready_taint
+from sro.api.names import LABEL_NAME_MAX, PREFIX, longest_label_name, not_ready_taint
 
 TAINT_EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 # The node label the cluster autoscaler reads a node's GPU type from (Cluster API provider; OpenShift's

@@ -20,11 +20,10 @@ from typing import Any
 
 import kopf
 
-from sro.api.names import GROUP, PLURAL, SPECIALRESOURCE_LABEL, VERSION
+from sro.api.names import GROUP, PLURAL, READY, SPECIALRESOURCE_LABEL, VERSION
 from sro.api.recipes import BUILTIN
-from sro.api.specialresource import READY
-from sro.operator.cluster.specialresources import SpecialResourceIO
 from sro.operator import metrics
+from sro.operator.cluster.specialresources import SpecialResourceIO
 from sro.operator.nodewatch import NodeWatch
 from sro.operator.observed import SpecialResourceInfo
 from sro.operator.reconcile import Plan, reconcile

@@ -18,22 +18,20 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from sro.api.recipes import BUILTIN, Recipe, RecipeError, recipe_from_dict
-from sro.api.specialresource import (
+from sro.api.names import (
     READY,
     STATE_NAMES,
-    SpecError,
-    SpecialResourceSpec,
-    check_driver,
     driver_revision_label,
     not_ready_taint,
-    parse_spec,
     reached_annotation,
     state_label,
     upgrade_annotation,
     upgrade_state_label,
     validated_label,
 )
+from sro.api.recipes import BUILTIN, Recipe, RecipeError, recipe_from_dict
+from sro.api.specialresource import SpecError, SpecialResourceSpec
+from sro.api.specparsing import check_driver, parse_spec
 from sro.operator import partitioning
 from sro.operator.observed import NodeInfo, Observed, PodInfo, SpecialResourceInfo
 from sro.operator.rendering import Context, RenderError, Term

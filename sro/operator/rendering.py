@@ -26,9 +26,10 @@ from sro.api.names import (
     MANAGED_BY_VALUE,
     SPECIALRESOURCE_LABEL,
     STATE_LABEL,
+    not_ready_taint,
 )
 from sro.api.recipes import Recipe
-from sro.api.specialresource import SpecialResourceSpec, StateSpec, not_ready_taint
+from sro.api.specialresource import SpecialResourceSpec, StateSpec
 from sro.manifests import render
 
 INSTALL_KINDS = frozenset(

@@ -19,18 +19,19 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sro.api.names import DRIVER_REVISION_LABEL, NFD_PREFIX
-from sro.api.openshift import CRIO_HOOKS_DIR
-from sro.api.specialresource import (
+from sro.api.names import (
     DEVICE_PLUGIN,
     DEVICE_PLUGIN_VALIDATION,
     DRIVER,
+    DRIVER_REVISION_LABEL,
     DRIVER_VALIDATION,
     FEATURE_DISCOVERY,
     MONITORING,
+    NFD_PREFIX,
     RUNTIME,
     driver_revision_label,
 )
+from sro.api.openshift import CRIO_HOOKS_DIR
 from sro.operator.observed import NodeInfo, PodInfo
 from sro.operator.rendering import Context, Term, decorate, render_state, short_hash, slug
 from sro.operator.upgrade import driver_revision

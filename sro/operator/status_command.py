@@ -15,7 +15,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from sro.api.specialresource import READY, STATE_NAMES, state_label, validated_label
+from sro.api.names import READY, STATE_NAMES, state_label, validated_label
 from sro.operator.observed import NodeInfo, SpecialResourceInfo
 
 SHORT = {

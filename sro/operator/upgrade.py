@@ -26,15 +26,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sro.api import holders
-from sro.api.specialresource import (
-    DRIVER,
-    UpgradePolicy,
-    driver_revision_label,
-    parse_selector,
-    selector_matches,
-    upgrade_annotation,
-    upgrade_state_label,
-)
+from sro.api.names import DRIVER, driver_revision_label, upgrade_annotation, upgrade_state_label
+from sro.api.selectors import parse_selector, selector_matches
+from sro.api.specialresource import UpgradePolicy
 from sro.operator.observed import NodeInfo, PodInfo, WorkloadPod
 from sro.operator.rendering import Context, decorate, render_state, short_hash, slug
 

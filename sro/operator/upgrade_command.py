@@ -18,7 +18,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from sro.api.specialresource import upgrade_annotation, upgrade_state_label
+from sro.api.names import upgrade_annotation, upgrade_state_label
 from sro.operator.observed import NodeInfo, SpecialResourceInfo
 from sro.operator.upgrade import FAILED, UPGRADE_REQUIRED, UPGRADE_STATES, Record, version_of
 

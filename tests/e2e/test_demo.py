@@ -8,8 +8,8 @@ import re
 
 import pytest
 
+from sro.api.names import simulated_opt_in_label
 from sro.api.recipes import SIMULATED_GPU
-from sro.api.specialresource import simulated_opt_in_label
 from sro.demo import cleanup, run
 from sro.local.cluster import LocalCluster
 

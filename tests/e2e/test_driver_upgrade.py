@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
+from sro.api.names import driver_revision_label, upgrade_annotation, upgrade_state_label
 from sro.api.recipes import SIMULATED_GPU
-from sro.api.specialresource import driver_revision_label, upgrade_annotation, upgrade_state_label
 from sro.local.cluster import LocalCluster
 from sro.local.layout import BUSYBOX_IMAGE
 from sro.operator.upgrade import UPGRADE_STATES, Record

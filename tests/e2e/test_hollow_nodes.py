@@ -19,13 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from sro.api.specialresource import (
-    STATE_FIELDS,
-    STATE_NAMES,
-    reached_annotation,
-    state_label,
-    validated_label,
-)
+from sro.api.names import STATE_NAMES, reached_annotation, state_label, validated_label
+from sro.api.specialresource import STATE_FIELDS
 from sro.local.cluster import LocalCluster
 from sro.local.hollowconfig import HOLLOW_LABEL, probe
 from tests.e2e.helpers import figure, get_json, sro, wait_for

@@ -21,18 +21,18 @@ from typing import Any
 
 import pytest
 
-from sro.api.names import RUNTIME_ROOT
-from sro.api.recipes import SIMULATED_GPU
-from sro.api.specialresource import (
+from sro.api.names import (
     DEVICE_PLUGIN,
     DEVICE_PLUGIN_VALIDATION,
     DRIVER_VALIDATION,
     RUNTIME,
+    RUNTIME_ROOT,
     STATE_NAMES,
     reached_annotation,
     state_label,
     validated_label,
 )
+from sro.api.recipes import SIMULATED_GPU
 from sro.local.cluster import LocalCluster
 from tests.e2e.helpers import figure, get_json, sro, wait_for
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from sro.api.names import PREFIX
-from sro.api.specialresource import READY, STATE_NAMES, state_label, validated_label
+from sro.api.names import PREFIX, READY, STATE_NAMES, state_label, validated_label
 from sro.node.exporter.attribution import in_domain
 
 VALIDATED = "validated"

@@ -37,12 +37,12 @@ from sro.api.names import (
     PLURAL,
     SPECIALRESOURCE_LABEL,
     VERSION,
+    upgrade_state_label,
 )
 from sro.api.openshift import OPENSHIFT_CRD
-from sro.api.specialresource import upgrade_state_label
 from sro.kube.client import describe_error
-from sro.operator.cluster.cache import ClusterCache
 from sro.kube.eviction import Evictor, post_event
+from sro.operator.cluster.cache import ClusterCache
 from sro.operator.observed import (
     NodeInfo,
     Observed,

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sro.api.specialresource import STATE_NAMES, parse_spec
+from sro.api.names import STATE_NAMES
+from sro.api.specparsing import parse_spec
 from sro.local.hollow import hollow_argv
 from sro.local.hollowconfig import (
     DEFAULT_CONFIG,

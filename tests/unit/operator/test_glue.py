@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from sro.api.specialresource import DRIVER, DRIVER_VALIDATION, state_label, validated_label
+from sro.api.names import DRIVER, DRIVER_VALIDATION, state_label, validated_label
 from sro.kube.leases import LeaseView
 from sro.operator import metrics
 from sro.operator.handlers import describe

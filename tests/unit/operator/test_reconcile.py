@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from sro.api.specialresource import (
+from sro.api.names import (
     DEVICE_PLUGIN,
     DEVICE_PLUGIN_VALIDATION,
     DRIVER,
@@ -28,8 +28,9 @@ from sro.api.specialresource import (
     state_label,
     validated_label,
 )
+from sro.api.specparsing import parse_spec
 from sro.operator.observed import NodeInfo, Observed, PodInfo, SpecialResourceInfo
-from sro.operator.reconcile import Context, Plan, parse_spec, reconcile, resolve_recipe
+from sro.operator.reconcile import Context, Plan, reconcile, resolve_recipe
 from sro.operator.states import INPUTS_ANNOTATION, KERNEL_LABEL, STATES, ValidationState
 from sro.operator.upgrade import driver_revision
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from sro.api.specialresource import SpecError, parse_spec
+from sro.api.specialresource import SpecError
+from sro.api.specparsing import parse_spec
 from sro.operator.observed import NodeInfo, Observed, SpecialResourceInfo
 from sro.operator.reconcile import reconcile
 from sro.operator.states import KERNEL_LABEL

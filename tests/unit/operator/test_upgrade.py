@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from sro.api.specialresource import driver_revision_label, upgrade_annotation, upgrade_state_label
+from sro.api.names import driver_revision_label, upgrade_annotation, upgrade_state_label
+from sro.api.specparsing import parse_spec
 from sro.operator.observed import NodeInfo, PodInfo, SpecialResourceInfo, WorkloadPod, workload_from_json
-from sro.operator.reconcile import Context, parse_spec, reconcile, release, resolve_recipe
+from sro.operator.reconcile import Context, reconcile, release, resolve_recipe
 from sro.operator.upgrade import (
     CORDONED,
     DONE,

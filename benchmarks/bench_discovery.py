@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 from benchmarks.harness import Figure, percentile, rss_mib, timings
 from sro.host.reading import Recording
 from sro.host.root import HostRoot
-from sro.node.discovery.command import discover
+from sro.node.discovery.commands import discover
 from sro.node.discovery.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -58,7 +58,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "GPU node pools: a GPU MachineSet/MachineDeployment with its autoscaler wiring.",
     ),
     "discover": (
-        "sro.node.discovery.command:discover_command",
+        "sro.node.discovery.commands:discover_command",
         "Node features as NFD labels; --publish labels the Node.",
     ),
     "driver": (
@@ -74,7 +74,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Kubelet device plugin (v1beta1) for a recipe's devices.",
     ),
     "exporter": (
-        "sro.node.exporter.command:exporter",
+        "sro.node.exporter.commands:exporter",
         "Prometheus metrics of a recipe's devices (dcgm-exporter names), per pod.",
     ),
     "cdi": ("sro.node.runtime.commands:cdi", "CDI specs for the recipes' devices (generate)."),

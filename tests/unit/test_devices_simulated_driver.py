@@ -195,7 +195,7 @@ def test_driverstate_errors(tmp_path: Path) -> None:
 def test_mounts_strategy_finds_the_driver_files(
     installed: simulated_driver.Installed, tmp_path: Path
 ) -> None:
-    from sro.node.deviceplugin import driverfiles
+    from sro.node.deviceplugin import drivermounts as driverfiles
 
     found = driverfiles.find(SIMULATED_GPU, tmp_path / "root")
     root = SIMULATED_GPU.driver_root

@@ -11,7 +11,7 @@ from sro.api.recipes import NVIDIA_GPU, SIMULATED_GPU
 from sro.devices.model import Device, DeviceUUID, MigDevice
 from sro.host.root import HostRoot
 from sro.node.discovery.accelerators import family, gfd_labels, sanitise
-from sro.node.discovery.command import discover
+from sro.node.discovery.commands import discover
 from sro.node.discovery.config import Config
 
 GOLDEN = Path(__file__).resolve().parent.parent / "hosts" / "nvidia-8gpu" / "expected-gfd-labels.txt"

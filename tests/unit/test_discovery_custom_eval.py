@@ -13,7 +13,7 @@ from sro.host.root import HostRoot
 from sro.nfd.matching import match_value
 from sro.nfd.rules import Rule, parse_expr, parse_rules
 from sro.nfd.templating import render_labels
-from sro.node.discovery.command import discover
+from sro.node.discovery.commands import discover
 from sro.node.discovery.config import Config, parse_config
 from sro.node.discovery.custom import FeatureView, evaluate, sources_used
 from sro.node.discovery.features import Features, SourceResult

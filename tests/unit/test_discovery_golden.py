@@ -15,7 +15,7 @@ import pytest
 from sro.host.capture import write_tree
 from sro.host.reading import Recording
 from sro.host.root import HostRoot
-from sro.node.discovery.command import discover
+from sro.node.discovery.commands import discover
 from sro.node.discovery.config import Config, parse_config
 
 HOSTS = Path(__file__).resolve().parent.parent / "hosts"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sro.api.names import NAMESPACE
 from sro.manifests import render
-from sro.node.discovery.command import ConfigLoader
+from sro.node.discovery.commands import ConfigLoader
 
 
 def _objects() -> dict[str, dict[str, object]]:

@@ -19,7 +19,7 @@ from sro.host.root import HostRoot
 from sro.kube.nodefeatures import NodeFeatureApiError
 from sro.kube.nodes import NodeMeta
 from sro.nfd.ownership import RULES_OWNED_ANNOTATION, Owned
-from sro.node.discovery.command import ConfigLoader, Publishing, run_daemon
+from sro.node.discovery.commands import ConfigLoader, Publishing, run_daemon
 from sro.node.discovery.config import Config, parse_config
 from sro.node.discovery.custom import nfd_features
 from sro.node.discovery.nodefeature import NodeFeatureWriter, differs, node_feature

@@ -16,7 +16,7 @@ import pytest
 
 from sro.host.root import HostRoot
 from sro.kube.nodes import NodeApiError, NodeMeta
-from sro.node.discovery.command import ConfigLoader, run_daemon
+from sro.node.discovery.commands import ConfigLoader, run_daemon
 from sro.node.discovery.publishing import (
     OWNED_ANNOTATION,
     Backoff,

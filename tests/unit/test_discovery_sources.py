@@ -11,7 +11,7 @@ import pytest
 from sro.host.reading import HostReader
 from sro.host.root import HostRoot
 from sro.node.discovery import cpu, kernel, local, memory, network, pci, storage, system, usb
-from sro.node.discovery.command import discover
+from sro.node.discovery.commands import discover
 from sro.node.discovery.config import Config, parse_config
 from sro.node.discovery.sources import SOURCE_NAMES, SOURCES, scan
 

@@ -31,7 +31,7 @@ def test_nvml_readings_of_every_gpu() -> None:
 
 
 def test_once_on_real_gpus() -> None:
-    from sro.node.exporter.command import exporter
+    from sro.node.exporter.commands import exporter
 
     r = CliRunner().invoke(exporter, ["--recipe", "nvidia-gpu", "--once", "--node-name", "gpu-node"])
     assert r.exit_code == 0, r.output

@@ -24,7 +24,7 @@ import yaml
 from sro.api.recipes import Recipe
 from sro.devices.health import HealthTracker
 from sro.devices.model import Backend, HealthEvent, Inventory
-from sro.node.deviceplugin import driverfiles, resources
+from sro.node.deviceplugin import drivermounts, resources
 from sro.node.deviceplugin.config import ConfigError, PluginConfig, default_config, parse_config
 from sro.node.deviceplugin.core import HealthBoard, ResourceCore
 from sro.node.deviceplugin.server import KUBELET_SOCKET, PluginServer, RegistrationError, register
@@ -145,7 +145,9 @@ class Plugin:
             return False
         self._problem = ""
         files = (
-            driverfiles.find(self.recipe, self.driver_root_seen) if "mounts" in config.list_strategies else []
+            drivermounts.find(self.recipe, self.driver_root_seen)
+            if "mounts" in config.list_strategies
+            else []
         )
         self.config, self.inventory = config, inv
         self.tracker.ignored_xids = config.ignored_xids

@@ -5,5 +5,5 @@ HostRoot and return raw features; `labeling` turns features into labels under NF
 `accelerators` maps a device inventory to GFD-compatible labels; `publishing` keeps the node's
 labels in step through `sro.kube.nodes`; `nodefeature` writes the raw features as NFD's NodeFeature
 object. The rule language of the `custom` source is `sro.nfd`'s (shared with the operator's
-NodeFeatureRules). `command` is the `sro discover` CLI.
+NodeFeatureRules). `commands` is the `sro discover` CLI.
 """

@@ -39,10 +39,6 @@ LIB_DIRS = (
 BIN_DIRS = ("usr/bin", "bin", "usr/sbin", "sbin")
 
 
-def _under(root: str, path: str) -> str:
-    return os.path.join(root, path.lstrip("/"))
-
-
 def dev_path(dev_root: str, node: str) -> str:
     """Host path of container node `/dev/x`: `dev_root` stands for /dev (as in `sro driver simulate`)."""
     if node != "/dev" and not node.startswith("/dev/"):

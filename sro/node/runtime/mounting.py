@@ -80,11 +80,6 @@ def _mount(source: str | None, target: str, flags: int) -> None:
     _check(syscalls.mount(src, os.fsencode(target), None, syscalls.CULong(flags), None), f"mount {target}")
 
 
-def new_mount_api_available() -> bool:
-    ret = syscalls.syscall(_SYS_MOUNT_SETATTR, -1, b"", 0, None, 0)
-    return not (ret < 0 and syscalls.get_errno() == 38)  # ENOSYS
-
-
 def bind(
     source: str,
     target_fd: int,

@@ -4,7 +4,8 @@ Why here and once: Allocate must be fast and pure, so the globbing happens at st
 config reload). The plugin may see the driver root at another path than the host does (a
 container mounting the host's driver root at /driver-root), so files are found under `seen_root`
 and named in mounts by their host path under the recipe's `driver_root`; containers get them at
-the host path, the layout runtime injection uses too.
+the host path, the layout runtime injection uses too. (Runtime injection finds the driver's files
+for the hook itself, stdlib only: `sro.node.runtime.driverfiles`.)
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ from benchmarks.bench_operator import (
 from benchmarks.harness import Figure
 from sro.api.names import upgrade_state_label, validated_label
 from sro.local.layout import BUSYBOX_IMAGE
-from sro.operator.upgrade import CORDONED, DONE, DRIVER_REPLACED, VALIDATED
+from sro.operator.upgrade.record import CORDONED, DONE, DRIVER_REPLACED, VALIDATED
 
 RUNS = int(os.environ.get("SRO_BENCH_UPGRADE_RUNS", "1"))
 APPS = "sro-bench-upgrade"

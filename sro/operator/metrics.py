@@ -8,10 +8,11 @@ matching to validated — the figure that says whether GPU nodes join the cluste
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from sro.api.timestamps import parse_stamp
+from sro.operator.reached import SELECTED
 from sro.operator.status import NodeRow
 
 REGISTRY = CollectorRegistry()
@@ -67,13 +68,6 @@ _node_series: set[tuple[str, str]] = set()
 _upgrade_series: set[tuple[str, str]] = set()
 
 
-def _parse(value: str) -> datetime | None:
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def record(sr: str, rows: Sequence[NodeRow], states: Sequence[str]) -> None:
     """Update the gauges from one pass's rows; observe each node's time to validate once."""
     counts = {"selected": len(rows), "validated": sum(r.validated for r in rows)}
@@ -89,7 +83,7 @@ def record(sr: str, rows: Sequence[NodeRow], states: Sequence[str]) -> None:
         if key in _seen_validated:
             continue
         _seen_validated.add(key)
-        start, end = _parse(row.reached.get("selected", "")), _parse(row.reached.get("validated", ""))
+        start, end = parse_stamp(row.reached.get(SELECTED)), parse_stamp(row.reached.get("validated"))
         if start and end:
             VALIDATION_SECONDS.labels(sr).observe(max((end - start).total_seconds(), 0.0))
 

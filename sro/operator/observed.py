@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sro.api.names import DRIVER_REVISION_LABEL, SPECIALRESOURCE_LABEL, STATE_LABEL
+from sro.api.names import DRIVER_REVISION_LABEL, STATE_LABEL
 
 
 @dataclass(frozen=True)
@@ -28,11 +28,15 @@ class QuotaInfo:
 
 @dataclass(frozen=True)
 class NodeInfo:
+    """A Node as the operator's reconcile and its NodeFeatureRule step read it."""
+
     name: str
-    uid: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Mapping[str, Any], ...] = ()
+    capacity: Mapping[str, str] = field(default_factory=dict)  # status.capacity (extended resources)
+    resource_version: str = ""
+    uid: str = ""
     unschedulable: bool = False  # cordoned
     ready: bool = True  # its Ready condition is True (or not reported at all)
 
@@ -91,6 +95,12 @@ class SpecialResourceInfo:
     status: Mapping[str, Any] = field(default_factory=dict)
     deleting: bool = False
 
+    @property
+    def recipe(self) -> str:
+        """The recipe its spec names, read without parsing the rest of the spec: another
+        SpecialResource's claim on a resource counts even while its own spec does not parse."""
+        return str(self.spec.get("recipe", ""))
+
 
 @dataclass(frozen=True)
 class Observed:
@@ -129,14 +139,16 @@ def node_ready(doc: Mapping[str, Any]) -> bool:
 
 
 def node_from_json(doc: Mapping[str, Any]) -> NodeInfo:
-    md = doc.get("metadata", {})
+    md, spec, status = doc.get("metadata") or {}, doc.get("spec") or {}, doc.get("status") or {}
     return NodeInfo(
-        name=md["name"],
-        uid=md.get("uid", ""),
+        name=md.get("name", ""),
         labels=dict(md.get("labels") or {}),
         annotations=dict(md.get("annotations") or {}),
-        taints=tuple(doc.get("spec", {}).get("taints") or ()),
-        unschedulable=bool(doc.get("spec", {}).get("unschedulable")),
+        taints=tuple(dict(t) for t in spec.get("taints") or ()),
+        capacity={k: str(v) for k, v in (status.get("capacity") or {}).items()},
+        resource_version=md.get("resourceVersion") or "",
+        uid=md.get("uid", ""),
+        unschedulable=bool(spec.get("unschedulable")),
         ready=node_ready(doc),
     )
 
@@ -224,7 +236,3 @@ def sr_from_json(doc: Mapping[str, Any]) -> SpecialResourceInfo:
         status=doc.get("status") or {},
         deleting=bool(md.get("deletionTimestamp")),
     )
-
-
-def owner_of(labels: Mapping[str, str]) -> str:
-    return labels.get(SPECIALRESOURCE_LABEL, "")

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sro.api.images import pull_policy_for
 from sro.api.names import (
     API_VERSION,
     COMPONENT_LABEL,
@@ -30,12 +31,8 @@ from sro.api.names import (
 )
 from sro.api.recipes import Recipe
 from sro.api.specialresource import SpecialResourceSpec, StateSpec
+from sro.install.objects import INSTALL_KINDS
 from sro.manifests import render
-
-INSTALL_KINDS = frozenset(
-    {"Namespace", "ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"}
-)
-NODE_HOSTNAME = "kubernetes.io/hostname"
 
 # A node selector term: key -> value ("" = the key must exist).
 Term = Mapping[str, str]
@@ -66,7 +63,7 @@ class Context:
         explicit = self.spec.state(state).image_pull_policy
         if explicit:
             return explicit
-        return "Never" if self.state_image(state).startswith("localhost/") else "IfNotPresent"
+        return pull_policy_for(self.state_image(state))
 
     def object_name(self, state: str, suffix: str = "") -> str:
         return f"sro-{self.sr}-{state}" + (f"-{suffix}" if suffix else "")

@@ -34,7 +34,7 @@ from sro.api.names import (
 from sro.api.openshift import CRIO_HOOKS_DIR
 from sro.operator.observed import NodeInfo, PodInfo
 from sro.operator.rendering import Context, Term, decorate, render_state, short_hash, slug
-from sro.operator.upgrade import driver_revision
+from sro.operator.upgrade.revision import driver_revision
 
 KERNEL_LABEL = NFD_PREFIX + "kernel-version.full"
 OS_ID_LABEL = NFD_PREFIX + "system-os_release.ID"
@@ -142,7 +142,7 @@ def driver_image(ctx: Context, node: NodeInfo) -> str:
 class DriverState(DaemonSetState):
     """One DaemonSet per kernel version (and driver image) among the selected nodes, `OnDelete`,
     for the driver revision the spec asks for; each is gated on the node label
-    `sro.dev/<sr>.driver-revision`, which the upgrade machine (`sro.operator.upgrade`) moves from
+    `sro.dev/<sr>.driver-revision`, which the upgrade machine (`sro.operator.upgrade.machine`) moves from
     one revision to the next node by node. The DaemonSets of older revisions are kept, unrendered,
     while a node still runs them.
 

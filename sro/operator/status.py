@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
+from sro.api.timestamps import stamp
 from sro.operator.observed import SpecialResourceInfo
 
 LOG_LIMIT = 1024
@@ -58,10 +59,6 @@ def tail_bytes(text: str, limit: int) -> str:
     return data.decode(errors="ignore")
 
 
-def _stamp(t: datetime) -> str:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _condition(
     previous: Sequence[Mapping[str, Any]], ctype: str, ok: bool, reason: str, message: str, now: datetime
 ) -> dict[str, Any]:
@@ -73,7 +70,7 @@ def _condition(
         "status": status,
         "reason": reason,
         "message": message,
-        "lastTransitionTime": since or _stamp(now),
+        "lastTransitionTime": since or stamp(now),
     }
 
 

@@ -30,7 +30,7 @@ from sro.api.names import driver_revision_label, upgrade_annotation, upgrade_sta
 from sro.api.recipes import SIMULATED_GPU
 from sro.local.cluster import LocalCluster
 from sro.local.layout import BUSYBOX_IMAGE
-from sro.operator.upgrade import UPGRADE_STATES, Record
+from sro.operator.upgrade.record import UPGRADE_STATES, Record
 from tests.e2e.helpers import figure, get_json, sro, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]

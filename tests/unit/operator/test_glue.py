@@ -10,7 +10,7 @@ from sro.kube.leases import LeaseView
 from sro.operator import metrics
 from sro.operator.handlers import describe
 from sro.operator.observed import NodeInfo, SpecialResourceInfo
-from sro.operator.reconcile import NodePatch, Plan
+from sro.operator.plan import NodePatch, Plan
 from sro.operator.status import NodeRow
 from sro.operator.status_command import node_rows, summary_rows
 

@@ -10,7 +10,10 @@ import pytest
 
 from sro.operator.observed import NodeInfo, QuotaInfo
 from sro.operator.partitioning import announced_names
-from sro.operator.reconcile import NodePatch, reconcile, release, taints_after
+from sro.operator.plan import NodePatch
+from sro.operator.reconcile import reconcile
+from sro.operator.release import release
+from sro.operator.taints import taints_after
 from tests.unit.operator.test_reconcile import NOW, NS, SR, cond, node, observed, sr
 
 RES = "sro.dev/simulated-gpu"

@@ -29,10 +29,13 @@ from sro.api.names import (
     validated_label,
 )
 from sro.api.specparsing import parse_spec
+from sro.operator.admission import resolve_recipe
 from sro.operator.observed import NodeInfo, Observed, PodInfo, SpecialResourceInfo
-from sro.operator.reconcile import Context, Plan, reconcile, resolve_recipe
+from sro.operator.plan import Plan
+from sro.operator.reconcile import reconcile
+from sro.operator.rendering import Context
 from sro.operator.states import INPUTS_ANNOTATION, KERNEL_LABEL, STATES, ValidationState
-from sro.operator.upgrade import driver_revision
+from sro.operator.upgrade.revision import driver_revision
 
 NS = "sro-system"
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)

@@ -17,26 +17,25 @@ import pytest
 
 from sro.api.names import driver_revision_label, upgrade_annotation, upgrade_state_label
 from sro.api.specparsing import parse_spec
+from sro.operator.admission import resolve_recipe
 from sro.operator.observed import NodeInfo, PodInfo, SpecialResourceInfo, WorkloadPod, workload_from_json
-from sro.operator.reconcile import Context, reconcile, release, resolve_recipe
-from sro.operator.upgrade import (
+from sro.operator.reconcile import reconcile
+from sro.operator.release import release
+from sro.operator.rendering import Context
+from sro.operator.upgrade.machine import Machine, NodeFacts, UpgradePlan, max_unavailable
+from sro.operator.upgrade.record import (
     CORDONED,
     DONE,
     DRIVER_REPLACED,
     FAILED,
     PODS_EVICTED,
-    SCAN_RETRY,
     UNCORDONED,
     UPGRADE_REQUIRED,
     WAITING_FOR_JOBS,
-    Machine,
-    NodeFacts,
     Record,
-    UpgradePlan,
-    driver_revision,
-    max_unavailable,
-    scan_pod_name,
 )
+from sro.operator.upgrade.revision import driver_revision
+from sro.operator.upgrade.scan import SCAN_RETRY, scan_pod_name
 
 NS = "sro-system"
 SR = "gpus"

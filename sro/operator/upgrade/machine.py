@@ -1,146 +1,43 @@
-"""Driver upgrades: one node at a time through a visible state machine (pure).
+"""One pass of the upgrade machine over a SpecialResource's selected nodes (pure).
 
-Why a state machine held on the Node: replacing a driver under a process that holds the device
-hangs the unload or kills the work, and a half-upgraded node must not take work. So each node walks
-`upgrade-required → cordoned → waiting-for-jobs → pods-evicted → driver-replaced → validated →
-uncordoned → done` (or `failed`, with the reason), recorded in a node label (for selectors) and a
-node annotation (the step times, who cordoned, the old and new revision). Everything is decided
-here from records; an operator restarted mid-upgrade reads the labels and goes on — an eviction is
-asked for only while the pod is still there and not already terminating, so none is repeated.
-
-A driver *revision* is the hash of everything that makes the driver pod (version, image template,
-devices config, the state's image/args/env/resources, custom templates). Each revision has its own
-DaemonSets (one per kernel), gated on the node label `sro.dev/<sr>.driver-revision`; moving that
-label from the old revision to the new one is what replaces the driver, and moving it back is the
-rollback of a node whose new driver never became ready.
+Why a machine of its own: which nodes start (in name order, within maxParallelUpgrades and
+maxUnavailable), when a node moves to its next step, what is evicted (and what never), when the
+driver label moves and when a node fails — all is decided here from the nodes' records and the
+facts of this pass, so unit tests run it over recorded cluster states. An eviction is asked for
+only while the pod is still there and not already terminating, so none is repeated after a restart.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sro.api import holders
-from sro.api.names import DRIVER, driver_revision_label, upgrade_annotation, upgrade_state_label
+from sro.api.names import driver_revision_label, upgrade_annotation, upgrade_state_label
 from sro.api.selectors import parse_selector, selector_matches
 from sro.api.specialresource import UpgradePolicy
 from sro.operator.observed import NodeInfo, PodInfo, WorkloadPod
-from sro.operator.rendering import Context, decorate, render_state, short_hash, slug
-
-UPGRADE_REQUIRED = "upgrade-required"
-CORDONED = "cordoned"
-WAITING_FOR_JOBS = "waiting-for-jobs"
-PODS_EVICTED = "pods-evicted"
-DRIVER_REPLACED = "driver-replaced"
-VALIDATED = "validated"
-UNCORDONED = "uncordoned"
-DONE = "done"
-FAILED = "failed"
-UPGRADE_STATES = (
-    UPGRADE_REQUIRED,
+from sro.operator.rendering import Context, short_hash
+from sro.operator.states import INPUTS_ANNOTATION
+from sro.operator.upgrade.record import (
     CORDONED,
-    WAITING_FOR_JOBS,
-    PODS_EVICTED,
-    DRIVER_REPLACED,
-    VALIDATED,
-    UNCORDONED,
     DONE,
+    DRIVER_REPLACED,
     FAILED,
+    IN_PROGRESS,
+    PODS_EVICTED,
+    READS_PODS,
+    UNCORDONED,
+    UPGRADE_REQUIRED,
+    UPGRADE_STATES,
+    VALIDATED,
+    WAITING_FOR_JOBS,
+    Record,
+    version_of,
 )
-# A node in one of these is out of service for the upgrade (counts against the limits).
-IN_PROGRESS = (CORDONED, WAITING_FOR_JOBS, PODS_EVICTED, DRIVER_REPLACED, VALIDATED, UNCORDONED)
-# The steps whose pods the operator must read (it lists pods only on these nodes).
-READS_PODS = (CORDONED, WAITING_FOR_JOBS, PODS_EVICTED)
-SCAN_STATE = "upgrade-scan"  # the state label of the holder-scan pods
-SCAN_RETRY = timedelta(seconds=5)  # a scan that found a holder runs again after this pause
-
-
-def driver_revision(ctx: Context) -> str:
-    """A label value naming the driver the spec asks for: the version, then a hash of the rest."""
-    drv = ctx.spec.driver
-    st = ctx.spec.state(DRIVER)
-    digest = short_hash(
-        drv.mode,
-        drv.version,
-        drv.image_template,
-        drv.devices_config,
-        ctx.state_image(DRIVER),
-        ctx.pull_policy(DRIVER),
-        st.args,
-        st.env,
-        sorted(st.resources.items(), key=str),
-        sorted(ctx.overrides(DRIVER).items()),
-        length=6,
-    )
-    version = re.sub(r"[^A-Za-z0-9._-]+", "-", drv.version or "default")[:40].strip("-._") or "v"
-    return f"{version}-{digest}"
-
-
-def version_of(revision: str) -> str:
-    """The version part of a revision label value (for messages)."""
-    return revision.rsplit("-", 1)[0] if "-" in revision else revision
-
-
-@dataclass(frozen=True)
-class Record:
-    """A node's upgrade, as kept in its annotation."""
-
-    state: str
-    from_rev: str
-    to_rev: str
-    steps: Mapping[str, str] = field(default_factory=dict)  # state -> when it was entered (RFC 3339)
-    cordoned: bool = False  # the operator cordoned the node (so it uncordons it at the end)
-    reason: str = ""
-    evicted: tuple[str, ...] = ()  # namespace/name of the pods it asked to evict
-
-    def to_json(self) -> str:
-        doc: dict[str, Any] = {
-            "state": self.state,
-            "from": self.from_rev,
-            "to": self.to_rev,
-            "steps": dict(self.steps),
-            "cordoned": self.cordoned,
-        }
-        if self.reason:
-            doc["reason"] = self.reason
-        if self.evicted:
-            doc["evicted"] = list(self.evicted)
-        return json.dumps(doc, separators=(",", ":"), sort_keys=True)
-
-    @staticmethod
-    def from_json(text: str) -> Record | None:
-        """None for an absent or unreadable annotation: the node then starts afresh."""
-        try:
-            doc = json.loads(text)
-            if not isinstance(doc, dict) or doc.get("state") not in UPGRADE_STATES:
-                return None
-            steps = doc.get("steps") or {}
-            return Record(
-                state=doc["state"],
-                from_rev=str(doc.get("from", "")),
-                to_rev=str(doc.get("to", "")),
-                steps={str(k): str(v) for k, v in steps.items()} if isinstance(steps, dict) else {},
-                cordoned=bool(doc.get("cordoned", False)),
-                reason=str(doc.get("reason", "")),
-                evicted=tuple(str(e) for e in doc.get("evicted") or ()),
-            )
-        except (ValueError, TypeError, KeyError):
-            return None
-
-    def enter(self, state: str, when: str, reason: str = "") -> Record:
-        return replace(self, state=state, steps={**self.steps, state: when}, reason=reason)
-
-    def entered(self, state: str) -> datetime | None:
-        value = self.steps.get(state)
-        try:
-            return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
-        except ValueError:
-            return None
+from sro.operator.upgrade.scan import SCAN_RETRY, read_scan, scan_pod
 
 
 @dataclass(frozen=True)
@@ -184,53 +81,6 @@ def max_unavailable(policy: UpgradePolicy, nodes: int) -> int:
     if isinstance(value, str) and value.endswith("%"):
         return max(1, math.ceil(nodes * int(value[:-1]) / 100))
     return int(value)
-
-
-def scan_pod_name(ctx: Context, node: str) -> str:
-    return ctx.object_name(SCAN_STATE, f"{slug(node, 20)}-{short_hash(node, length=5)}")
-
-
-def scan_pod(ctx: Context, node: str, inputs: str) -> dict[str, Any]:
-    """The holder scan (`sro driver holders`) for one node: the one pod with host PID and ptrace."""
-    values = {
-        "name": scan_pod_name(ctx, node),
-        "node": node,
-        "image": ctx.image,
-        "pull_policy": "Never" if ctx.image.startswith("localhost/") else "IfNotPresent",
-    }
-    docs = [d for d in render_state(ctx, SCAN_STATE, "upgrade", **values) if d["kind"] == "Pod"]
-    if len(docs) != 1:
-        raise ValueError("the upgrade templates must render exactly one Pod (the holder scan)")
-    obj = decorate(docs[0], ctx, SCAN_STATE)
-    obj["metadata"].setdefault("annotations", {})["sro.dev/inputs"] = inputs
-    return obj
-
-
-def read_scan(message: str) -> tuple[bool, str]:
-    """(free, words) from the scan's termination message: `process 123 (python3 x.py) holds /dev/x`.
-
-    Processes the scan could not inspect (on some VMs not even root may read pid 1's descriptors)
-    do not block: nothing was found, and the words say what could not be looked at."""
-    try:
-        summary = holders.from_message(message)
-    except ValueError:
-        first = (message.strip().splitlines() or ["no output"])[0]
-        return False, f"the holder scan failed: {first[:200]}"
-    found = [
-        f"process {h.pid} ({h.command[:60]}) holds {', '.join(h.holds) or 'the device'}"
-        + (f" in pod {h.pod_uid}" if h.pod_uid else "")
-        for h in summary.holders[:3]
-    ]
-    more = len(summary.holders) - len(found) + summary.more
-    if found or more:
-        return False, "; ".join(found) + (f" and {more} more" if more else "")
-    if summary.unreadable:
-        pids = ", ".join(str(p) for p in summary.unreadable[:5])
-        return (
-            True,
-            f"no holder found; {len(summary.unreadable)} process(es) could not be inspected (pid {pids})",
-        )
-    return True, ""
 
 
 @dataclass(frozen=True)
@@ -530,7 +380,7 @@ class Machine:
             return replace(rec, reason="checking that no process holds the device")
         if scan.deleting:
             return rec
-        if scan.annotations.get("sro.dev/inputs") != inputs:
+        if scan.annotations.get(INPUTS_ANNOTATION) != inputs:
             deletes.append(scan.name)
             return rec
         if scan.phase not in ("Succeeded", "Failed"):
@@ -556,12 +406,3 @@ def _event_reason(state: str) -> str:
 def _names(pods: Sequence[WorkloadPod], limit: int = 3) -> str:
     names = ", ".join(p.key for p in pods[:limit])
     return names + (f" and {len(pods) - limit} more" if len(pods) > limit else "")
-
-
-def driver_ready(node: NodeInfo, pods: Sequence[PodInfo], rev_key: str) -> bool:
-    """A driver pod of the node's revision is Ready on the node."""
-    rev = node.labels.get(rev_key)
-    return any(
-        p.node == node.name and p.state == DRIVER and p.ready and not p.deleting and p.revision == rev
-        for p in pods
-    )

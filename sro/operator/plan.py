@@ -1,0 +1,73 @@
+"""What one reconcile decides, as data: the plan, the node patches in it, the events it posts.
+
+Why apart from the fold: the cluster side (`sro.operator.cluster`) carries a plan out and teardown
+builds one, so the types and the one rule for combining two patches of a node live on their own,
+below everything that makes or reads a plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sro.operator.status import NodeRow
+
+Taint = Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class NodePatch:
+    labels: Mapping[str, str | None] = field(default_factory=dict)
+    annotations: Mapping[str, str | None] = field(default_factory=dict)
+    add_taints: tuple[Taint, ...] = ()
+    remove_taints: tuple[tuple[str, str | None], ...] = ()  # (key, value); None: any value
+    unschedulable: bool | None = None  # cordon (True) or uncordon (False); None: leave as is
+
+    @property
+    def changes_taints(self) -> bool:
+        return bool(self.add_taints or self.remove_taints)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.labels or self.annotations or self.changes_taints or self.unschedulable is not None)
+
+
+def merge(a: NodePatch | None, b: NodePatch | None) -> NodePatch:
+    """Two patches of one node as one (b's keys win)."""
+    a, b = a or NodePatch(), b or NodePatch()
+    return NodePatch(
+        labels={**a.labels, **b.labels},
+        annotations={**a.annotations, **b.annotations},
+        add_taints=(*a.add_taints, *b.add_taints),
+        remove_taints=(*a.remove_taints, *b.remove_taints),
+        unschedulable=b.unschedulable if b.unschedulable is not None else a.unschedulable,
+    )
+
+
+@dataclass(frozen=True)
+class NodeEvent:
+    """An event about a node's upgrade, posted on the Node and on the SpecialResource."""
+
+    node: str
+    uid: str
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    status: dict[str, Any]
+    apply: tuple[dict[str, Any], ...] = ()
+    delete: tuple[tuple[str, str], ...] = ()  # (kind, name) in the operator's namespace
+    delete_elsewhere: tuple[tuple[str, str, str], ...] = ()  # (kind, namespace or "", name)
+    create_pods: tuple[dict[str, Any], ...] = ()
+    delete_pods: tuple[str, ...] = ()
+    node_patches: Mapping[str, NodePatch] = field(default_factory=dict)
+    evict: tuple[tuple[str, str], ...] = ()  # (namespace, pod) through the Eviction API
+    events: tuple[NodeEvent, ...] = ()
+    rows: tuple[NodeRow, ...] = ()
+    requeue: float = 30.0
+    deployable: bool = True  # False: the spec cannot work; nothing was planned but the status
+    label_keys: frozenset[str] = frozenset()  # node label keys this reconcile read (what wakes it)

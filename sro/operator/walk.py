@@ -1,0 +1,117 @@
+"""One node's walk over the enabled states: its status row, its label patch, its validation pods.
+
+Why per node: each ready state keeps (or gets) its label `sro.dev/<sr>.<state>=ready`; the first
+state that is not ready stops the walk, and its label and every later one are removed, which makes
+the later states' DaemonSets leave that node (their pods select the previous state's label). A
+validation state that is next in line gets its pod. A node that is not Ready is held as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sro.api.names import READY, reached_annotation, state_label, validated_label
+from sro.api.timestamps import stamp
+from sro.operator.observed import NodeInfo, PodInfo
+from sro.operator.plan import NodePatch
+from sro.operator.reached import SELECTED, format_reached, parse_reached
+from sro.operator.release import our_keys
+from sro.operator.rendering import Context
+from sro.operator.states import State, ValidationState
+from sro.operator.status import NodeRow
+from sro.operator.taints import taint_changes
+
+NODE_NOT_READY = "NodeNotReady"
+
+
+def walk(
+    ctx: Context, chain: Sequence[State], node: NodeInfo, pods: Sequence[PodInfo], now: datetime
+) -> tuple[NodeRow, NodePatch | None, list[dict[str, Any]], list[str]]:
+    """One node's fold over the states (`pods`: the node's): its row, label patch and validation pods."""
+    sr = ctx.sr
+    if not node.ready:
+        return held(ctx, chain, node, now), None, [], []
+    ready: list[str] = []
+    failing = None
+    creates: list[dict[str, Any]] = []
+    deletes: list[str] = []
+    for state in chain:
+        if isinstance(state, ValidationState) and state.needs_new_pod(ctx, node.name, pods, now):
+            current = state.current(ctx, node.name, pods)
+            if current is not None:
+                deletes.append(current.name)  # same name: the new one is created once it is gone
+            else:
+                creates.append(state.pod(ctx, node.name, state.inputs(ctx, node.name, pods)))
+        verdict = state.readiness(ctx, node, pods, now)
+        if not verdict.ready:
+            failing = (state.name, verdict)
+            break
+        ready.append(state.name)
+
+    validated = failing is None
+    want: dict[str, str | None] = {state_label(sr, s): READY for s in ready}
+    if validated:
+        want[validated_label(sr)] = "true"
+    labels: dict[str, str | None] = {k: v for k, v in want.items() if node.labels.get(k) != v}
+    labels.update({k: None for k in our_keys(sr, node) if k not in want})
+
+    ann_key = reached_annotation(sr)
+    old = parse_reached(node.annotations.get(ann_key, ""))
+    reached = {SELECTED: old.get(SELECTED, stamp(now))}
+    for s in ready:
+        reached[s] = old.get(s, stamp(now))
+    if validated:
+        reached["validated"] = old.get("validated", stamp(now))
+    annotations: dict[str, str | None] = {}
+    if reached != old:
+        annotations[ann_key] = format_reached(reached)
+
+    add, remove = taint_changes(ctx, node, validated)
+
+    since = (
+        reached.get("validated") if validated else (reached.get(ready[-1]) if ready else reached[SELECTED])
+    )
+    row = NodeRow(
+        name=node.name,
+        ready_states=tuple(ready),
+        validated=validated,
+        failing=failing[0] if failing else "",
+        reason=failing[1].reason if failing else "",
+        message=failing[1].message if failing else "",
+        log=failing[1].log if failing else "",
+        failed=failing[1].failed if failing else False,
+        since=since or stamp(now),
+        reached=reached,
+    )
+    patch = NodePatch(labels, annotations, add, remove) if (labels or annotations or add or remove) else None
+    return row, patch, creates, deletes
+
+
+def held(ctx: Context, chain: Sequence[State], node: NodeInfo, now: datetime) -> NodeRow:
+    """A node that is not Ready keeps its labels, pods and taints as they are.
+
+    Why: when a kubelet stops reporting, the node lifecycle controller marks every pod on the node
+    not Ready without knowing anything about them. Taking the states' labels away then would make
+    the DaemonSet controller delete the later states' pods, and the node would redo the whole chain
+    once it reported again — at scale, a control plane too busy to take leases in time would turn
+    into a storm of pod deletions and re-creations. Holding costs nothing: a node that is not Ready
+    takes no pods anyway, and its row says why its states are not being judged.
+    """
+    kept = []
+    for state in chain:
+        if node.labels.get(state_label(ctx.sr, state.name)) != READY:
+            break
+        kept.append(state.name)
+    reached = parse_reached(node.annotations.get(reached_annotation(ctx.sr), ""))
+    return NodeRow(
+        name=node.name,
+        ready_states=tuple(kept),
+        failing="node",
+        reason=NODE_NOT_READY,
+        message="the node is not Ready (its kubelet is not reporting): its states are held as they "
+        "were and judged again once it reports",
+        since=(reached.get(kept[-1]) if kept else None) or reached.get(SELECTED) or stamp(now),
+        reached=reached,
+    )

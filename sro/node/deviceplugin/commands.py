@@ -16,7 +16,7 @@ from types import FrameType
 
 import click
 
-from sro.api.recipes import BUILTIN, RecipeError, recipe_from_file
+from sro.console.options import load_recipe, recipe_options
 from sro.devices import open_backend
 from sro.devices.health import HealthTracker
 from sro.node.deviceplugin import resources
@@ -30,12 +30,7 @@ BACKEND_RETRY = 10.0
 
 
 @click.command("device-plugin")
-@click.option(
-    "--recipe", "recipe_name", type=click.Choice(sorted(BUILTIN)), default="nvidia-gpu", show_default=True
-)
-@click.option(
-    "--recipe-file", type=click.Path(path_type=Path, dir_okay=False), help="A custom recipe (YAML)."
-)
+@recipe_options(default="nvidia-gpu")
 @click.option(
     "--config", "config_path", type=click.Path(path_type=Path, dir_okay=False), help="Plugin config (YAML)."
 )
@@ -66,12 +61,7 @@ def device_plugin(
     in the log and retrying, and is not ready (--ready-file absent) until it has registered its
     resources with the kubelet. With --oneshot, no driver is an error (exit 1).
     """
-    recipe = BUILTIN[recipe_name]
-    if recipe_file is not None:
-        try:
-            recipe = recipe_from_file(recipe_file)
-        except RecipeError as e:
-            raise click.ClickException(str(e)) from e
+    recipe = load_recipe(recipe_name, recipe_file)
     if oneshot:
         try:
             backend = open_backend(recipe, driver_root)

@@ -21,7 +21,8 @@ from types import FrameType
 
 import click
 
-from sro.api.recipes import BUILTIN, Recipe, RecipeError, recipe_from_file
+from sro.api.recipes import Recipe
+from sro.console.options import load_recipe, recipe_options
 from sro.devices.model import Backend
 from sro.devices.telemetry import Telemetry
 from sro.node.exporter import nodefacts, podresources
@@ -81,12 +82,7 @@ def pod_lister(path: Path) -> PodLister:
 
 
 @click.command("exporter")
-@click.option(
-    "--recipe", "recipe_name", type=click.Choice(sorted(BUILTIN)), default="nvidia-gpu", show_default=True
-)
-@click.option(
-    "--recipe-file", type=click.Path(path_type=Path, dir_okay=False), help="A custom recipe (YAML)."
-)
+@recipe_options(default="nvidia-gpu")
 @click.option(
     "--driver-root", type=click.Path(path_type=Path), help="Where this process sees the driver root."
 )
@@ -139,12 +135,7 @@ def exporter(
     output: Path | None,
 ) -> None:
     """Serve Prometheus metrics of a recipe's devices (dcgm-exporter's names and labels), per pod."""
-    recipe = BUILTIN[recipe_name]
-    if recipe_file is not None:
-        try:
-            recipe = recipe_from_file(recipe_file)
-        except RecipeError as e:
-            raise click.ClickException(str(e)) from e
+    recipe = load_recipe(recipe_name, recipe_file)
     seconds = parse_interval(interval)
     try:
         bind = parse_address(address)

@@ -15,6 +15,7 @@ import click
 
 from sro.api.names import RUNTIME_ROOT
 from sro.api.recipes import BUILTIN
+from sro.console.options import recipe_option
 
 
 def _hook_options(recipe: tuple[str, ...], driver_root: str | None, dev_root: str | None) -> list[str]:
@@ -34,7 +35,7 @@ def cdi() -> None:
 
 
 @cdi.command("generate")
-@click.option("--recipe", "recipe_name", default="simulated-gpu", type=click.Choice(sorted(BUILTIN)))
+@recipe_option(default="simulated-gpu")
 @click.option("--driver-root", default=None, help="Where the driver's files are (default: the recipe's).")
 @click.option("--dev-root", default="/dev", show_default=True, help="Host directory standing for /dev.")
 @click.option(
@@ -117,7 +118,7 @@ def hook(args: tuple[str, ...]) -> None:
 
 @click.command("install-hooksd")
 @click.option("--dir", "directory", required=True, help="hooks.d directory (podman: --hooks-dir).")
-@click.option("--recipe", multiple=True, type=click.Choice(sorted(BUILTIN)))
+@recipe_option(multiple=True)
 @click.option("--driver-root", default=None)
 @click.option("--dev-root", default=None)
 @click.option(
@@ -204,9 +205,7 @@ def _log(message: str) -> None:
 )
 @click.option("--host-root-path", default=None, help="What the host calls --root (default: --root).")
 @click.option("--host-root", default="/", show_default=True, help="Where this process sees the host's /.")
-@click.option(
-    "--recipe", multiple=True, type=click.Choice(sorted(BUILTIN)), help="Repeatable; default: every built-in."
-)
+@recipe_option(multiple=True, help="Repeatable; default: every built-in.")
 @click.option("--driver-root", default=None, help="Host path of these recipes' driver (default: theirs).")
 @click.option("--dev-root", default="/dev", show_default=True, help="Host directory standing for /dev.")
 @click.option("--python", default="/usr/bin/python3", show_default=True, help="The host's interpreter.")
@@ -298,7 +297,7 @@ def install_command(
 
 @click.command("uninstall")
 @click.option("--root", default=RUNTIME_ROOT, show_default=True)
-@click.option("--recipe", multiple=True, help="Repeatable; default: every recipe installed there.")
+@recipe_option(multiple=True, builtin_only=False, help="Repeatable; default: every recipe installed there.")
 @click.option("--owner", default="default", show_default=True, help="Whose claim to drop.")
 @click.option("--any-owner", is_flag=True, help="Drop every owner's claim on the recipes.")
 @click.option(

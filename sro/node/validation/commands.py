@@ -13,16 +13,10 @@ from pathlib import Path
 
 import click
 
-from sro.api.recipes import BUILTIN, Recipe, RecipeError, recipe_from_file
+from sro.console.options import load_recipe, recipe_options
 from sro.host.root import HostRoot
 from sro.node.validation.report import Report
 
-_recipe_option = click.option(
-    "--recipe", "recipe_name", type=click.Choice(sorted(BUILTIN)), default="nvidia-gpu", show_default=True
-)
-_recipe_file_option = click.option(
-    "--recipe-file", type=click.Path(path_type=Path, dir_okay=False), help="A custom recipe (YAML)."
-)
 _dev_root_option = click.option(
     "--dev-root",
     type=click.Path(path_type=Path, exists=True, file_okay=False, readable=False),
@@ -35,15 +29,6 @@ _termination_log_option = click.option(
     type=click.Path(path_type=Path, dir_okay=False),
     help="Also write the verdict here (a pod's /dev/termination-log).",
 )
-
-
-def _recipe(name: str, path: Path | None) -> Recipe:
-    if path is None:
-        return BUILTIN[name]
-    try:
-        return recipe_from_file(path)
-    except RecipeError as e:
-        raise click.ClickException(str(e)) from e
 
 
 def _finish(report: Report, termination_log: Path | None) -> None:
@@ -66,8 +51,7 @@ def validate() -> None:
 
 
 @validate.command("driver")
-@_recipe_option
-@_recipe_file_option
+@recipe_options(default="nvidia-gpu")
 @click.option(
     "--driver-root",
     type=click.Path(path_type=Path, file_okay=False, readable=False),
@@ -85,15 +69,14 @@ def driver_command(
     """The backend's inventory and the recipe's tool list the same devices; their nodes exist."""
     from sro.node.validation import driver
 
-    recipe = _recipe(recipe_name, recipe_file)
+    recipe = load_recipe(recipe_name, recipe_file)
     root = driver_root if driver_root is not None else Path(recipe.driver_root)
     report = driver.validate(recipe, root, HostRoot.at("/").with_tree(dev=dev_root))
     _finish(report, termination_log)
 
 
 @validate.command("workload")
-@_recipe_option
-@_recipe_file_option
+@recipe_options(default="nvidia-gpu")
 @click.option(
     "--cuda-sample",
     metavar="CMD",
@@ -111,6 +94,6 @@ def workload_command(
     """Inside a container granted one device: exactly that device, its libraries and tool work."""
     from sro.node.validation import workload
 
-    recipe = _recipe(recipe_name, recipe_file)
+    recipe = load_recipe(recipe_name, recipe_file)
     report = workload.validate(recipe, os.environ, HostRoot.at("/").with_tree(dev=dev_root), cuda_sample)
     _finish(report, termination_log)

@@ -30,11 +30,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "A real single-node Kubernetes on this machine (up/down/status/env/image).",
     ),
     "install": (
-        "sro.install_commands:install",
+        "sro.install.commands:install",
         "Install the operator, its CRD and RBAC, and discovery on a cluster.",
     ),
     "uninstall": (
-        "sro.install_commands:uninstall",
+        "sro.install.commands:uninstall",
         "Remove every SpecialResource (finalizers run), then all that install put there.",
     ),
     "operator": (
@@ -94,7 +94,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "sro.manifests.command:manifests",
         "Print a component's manifests for kubectl apply -f - on any cluster.",
     ),
-    "bundle": ("sro.openshift.bundle_command:bundle", "OLM bundle of the operator (`bundle generate`)."),
+    "bundle": ("sro.openshift.commands:bundle", "OLM bundle of the operator (`bundle generate`)."),
 }
 
 

@@ -2,7 +2,7 @@
 
 Why a loop of its own: neither job belongs to one SpecialResource. On a cluster that serves
 `config.openshift.io` the loop applies what `sro install --platform openshift` would have created for
-the operands (`sro.openshift.scc.grant_objects`: an OLM bundle or a plain `deploy/` carries no SCCs),
+the operands (`sro.install.scc.grant_objects`: an OLM bundle or a plain `deploy/` carries no SCCs),
 then folds every SpecialResource's conditions into the ClusterOperator `sro`
 (`sro.openshift.clusteroperator`), written only when it changes. A SpecialResource event wakes it
 (its status changed), so the ClusterOperator follows within a second; it looks again every `RESYNC`
@@ -24,8 +24,8 @@ import kopf
 from sro import __version__
 from sro.api.names import GROUP, PLURAL, VERSION
 from sro.api.openshift import CLUSTER_OPERATOR_NAME
+from sro.install import scc
 from sro.kube.openshift import OpenShiftIO
-from sro.openshift import scc
 from sro.openshift.clusteroperator import summary
 
 log = logging.getLogger("sro.operator.openshift")

@@ -18,7 +18,7 @@ import pytest
 
 from sro.api.crd import crd
 from sro.api.names import MANAGED_BY_LABEL
-from sro.installing import objects
+from sro.install.objects import objects
 from sro.local.cluster import LocalCluster
 from tests.e2e.helpers import sro
 

@@ -24,8 +24,8 @@ import pytest
 import yaml
 
 from sro.api.openshift import CRIO_HOOKS_DIR
+from sro.install import scc
 from sro.local.cluster import LocalCluster
-from sro.openshift import scc
 from sro.openshift.bundle import generate, olm_objects
 from tests.e2e.helpers import figure, get_json, sro, wait_for
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sro.installing import objects
+from sro.install.objects import objects
 from sro.manifests import render
 
 MINE = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Service"}

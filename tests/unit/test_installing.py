@@ -15,20 +15,19 @@ from click.testing import CliRunner
 from sro.api.crd import crd
 from sro.api.names import IMAGE, MANAGED_BY_LABEL, NAMESPACE
 from sro.api.recipes import BUILTIN
-from sro.install_commands import install
-from sro.installing import (
-    DEPLOY_COMMAND,
+from sro.install.commands import install
+from sro.install.deploy import DEPLOY_COMMAND, deploy_tree
+from sro.install.objects import (
+    INSTALL_KINDS,
     KIND_ORDER,
     InstallError,
     Key,
     _render_file,
     component_objects,
-    deploy_tree,
     key,
     objects,
 )
 from sro.manifests import components, templates
-from sro.operator.rendering import INSTALL_KINDS
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 OPERAND_ACCOUNTS = ("sro-discovery", "sro-device-plugin", "sro-driver", "sro-runtime", "sro-validation")

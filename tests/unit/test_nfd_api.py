@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from sro.api.nfd_crds import MATCH_OPS, node_feature_crd, node_feature_rule_crd
-from sro.installing import objects
+from sro.install.objects import objects
 from sro.nfd.matching import FeatureSet
 from sro.nfd.nodefeatures import merge, to_spec
 from sro.nfd.rules import OPS, Taint, parse_rules
@@ -142,7 +142,7 @@ def test_the_documented_examples_fit_the_schema() -> None:
 
 
 def test_uninstall_keeps_nfds_crds_while_rules_exist() -> None:
-    from sro.install_commands import _nfd_crds_to_keep
+    from sro.install.commands import _nfd_crds_to_keep
 
     class Client:
         def __init__(self, names: list[str]) -> None:

@@ -23,7 +23,7 @@ import yaml
 from click.testing import CliRunner
 
 from sro.cli import cli
-from sro.installing import objects
+from sro.install.objects import objects
 from sro.openshift import bundle as b
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "bundle"

@@ -10,9 +10,9 @@ import yaml
 from click.testing import CliRunner
 
 from sro.cli import cli
-from sro.installing import deploy_tree, key, objects
-from sro.openshift import scc
-from sro.openshift.overlay import OVERLAY_COMMAND, overlay_objects, overlay_tree
+from sro.install import scc
+from sro.install.deploy import OVERLAY_COMMAND, deploy_tree, overlay_objects, overlay_tree
+from sro.install.objects import key, objects
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 OVERLAY = DEPLOY / "openshift"

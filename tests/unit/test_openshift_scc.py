@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from sro.api.openshift import CRIO_HOOKS_DIR
+from sro.install import scc as sccs
 from sro.manifests import components, render
-from sro.openshift import scc as sccs
 from sro.openshift.admission import check, excess, writable_host_paths
 
 BASE: dict[str, Any] = dict(namespace="sro-system", image="localhost/sro:t", pull_policy="Never", sr="gpus")

@@ -1,4 +1,4 @@
-"""`sro install` and `sro uninstall`: thin commands over `installing` (what) and `kube.applying` (how).
+"""`sro install` and `sro uninstall`: thin commands over `objects` and `deploy` (what) and `kube.applying` (how).
 
 Why the order of uninstall: every SpecialResource is deleted first and awaited, because the
 operator's finalizer removes what each one created (DaemonSets, pods, node labels and taints, the
@@ -17,24 +17,20 @@ from typing import Any
 import click
 from rich.console import Console
 
+from sro.api.images import pull_policy_for
 from sro.api.names import IMAGE, NAMESPACE
 from sro.api.openshift import PLATFORMS
 from sro.console import progress
 from sro.console.progress import Progress
-from sro.installing import (
+from sro.install.deploy import (
     DEPLOY_COMMAND,
     DEPLOY_PULL_POLICY,
-    OPERATOR_DEPLOYMENT,
-    InstallError,
-    Key,
+    OVERLAY_COMMAND,
     deploy_tree,
-    key,
-    objects,
-    pull_policy_for,
-    to_yaml,
+    overlay_tree,
     write_tree,
 )
-from sro.openshift.overlay import OVERLAY_COMMAND
+from sro.install.objects import OPERATOR_DEPLOYMENT, InstallError, Key, key, objects, to_yaml
 
 console = Console(stderr=True, soft_wrap=True)  # whole lines: logs and tests read them
 POLL = 0.5  # seconds between checks while waiting: a second install is done after one look
@@ -151,13 +147,10 @@ def install(
             if not operator:
                 raise click.UsageError("--output writes the whole install; --no-operator is for a cluster")
             if platform == "openshift":
-                from sro.openshift.overlay import overlay_tree, write_overlay
-
                 tree = overlay_tree(namespace, image)
-                removed = write_overlay(tree, output)
             else:
                 tree = deploy_tree(namespace, image, pull_policy or DEPLOY_PULL_POLICY)
-                removed = write_tree(tree, output)
+            removed = write_tree(tree, output)
             click.echo(
                 f"wrote {len(tree)} files to {output}"
                 + (f", removed {', '.join(removed)}" if removed else "")

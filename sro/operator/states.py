@@ -120,7 +120,7 @@ class DevicePluginState(DaemonSetState):
 
 class RuntimeState(DaemonSetState):
     def values(self, ctx: Context) -> dict[str, Any]:
-        # OpenShift's nodes run CRI-O, which reads OCI hooks from its hooks.d (sro.node.runtime.installing)
+        # OpenShift's nodes run CRI-O, which reads OCI hooks from its hooks.d (sro.node.runtime.hostinstall)
         return {"hooks_dir": CRIO_HOOKS_DIR} if ctx.openshift else {}
 
 

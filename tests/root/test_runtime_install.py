@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sro.node.runtime import bundling, installing
+from sro.node.runtime import bundling, hostinstall, rootmanifest
 from tests.root.conftest import RUNC, Bundle, Driver, leftover_processes, make_rootfs, podman_run
 
 pytestmark = pytest.mark.root
@@ -19,11 +19,11 @@ HOST_PYTHON = "/usr/bin/python3"
 CHECK = "ls /dev | grep sro- | tr '\\n' ' '; cat /dev/sro-simgpu0 2>&1; ldconfig -p | grep -c simgpu"
 
 
-def _install(root: Path, driver: Driver, mode: str = "hook") -> installing.Manifest:
-    settings = installing.Settings(
+def _install(root: Path, driver: Driver, mode: str = "hook") -> rootmanifest.Manifest:
+    settings = rootmanifest.Settings(
         host_dir=str(root), python=HOST_PYTHON, runc=RUNC, mode=mode, dev_root=str(driver.dev_root)
     )
-    return installing.install(str(root), {"simulated-gpu": str(driver.driver_root)}, settings)
+    return hostinstall.install(str(root), {"simulated-gpu": str(driver.driver_root)}, settings)
 
 
 @pytest.mark.parametrize("mode", ["hook", "cdi"])
@@ -65,9 +65,9 @@ def test_installed_launcher_injects_with_runc(
         assert e["path"] == HOST_PYTHON and e["args"][:3] == [HOST_PYTHON, "-I", "-S"]
         assert f"sys.path.insert(0,{archive!r})" in e["args"][4]
     assert leftover_processes(str(bundle.path)) == []
-    installing.uninstall(str(root))
+    hostinstall.uninstall(str(root))
     assert sorted(p.name for p in root.iterdir()) == ["sro-runtime"]  # the pass-through launcher
-    installing.uninstall(str(root), purge=True)
+    hostinstall.uninstall(str(root), purge=True)
     assert not any(root.iterdir())
 
 
@@ -105,7 +105,7 @@ def test_containers_of_the_launcher_can_still_be_stopped_after_uninstall(
         created = call(launcher, "create", "--bundle", str(bundle.path), cid)
         assert created.returncode == 0, created.stdout
         assert call(launcher, "start", cid).returncode == 0
-        installing.uninstall(str(root))  # the last owner goes (SIGTERM of --wait does the same)
+        hostinstall.uninstall(str(root))  # the last owner goes (SIGTERM of --wait does the same)
         assert sorted(p.name for p in root.iterdir()) == ["sro-runtime"]
         assert "sro-hook.pyz" not in launcher.read_text() and launcher.stat().st_mode & 0o111
         seen = call(launcher, "state", cid)

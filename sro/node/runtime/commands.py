@@ -256,7 +256,8 @@ def install_command(
     earlier uninstall left is replaced."""
     import signal
 
-    from sro.node.runtime import installing
+    from sro.node.runtime import hostinstall
+    from sro.node.runtime.rootmanifest import InstallError, Settings
     from sro.node.runtime.wrapper import RUNC
 
     root = os.path.abspath(root)
@@ -265,7 +266,7 @@ def install_command(
     if wait:  # held from now on: a stop that comes while installing is answered right after it
         signal.pthread_sigmask(signal.SIG_BLOCK, stop)
     try:
-        settings = installing.Settings(
+        settings = Settings(
             host_dir=host_root_path or root,
             python=python,
             runc=runc or RUNC,
@@ -275,8 +276,8 @@ def install_command(
             crio_hooks_dir=crio_hooks_dir,
         )
         recipes = dict.fromkeys(names, driver_root)
-        installing.install(root, recipes, settings, host_root, not no_cdi, log=_log, owner=owner)
-    except installing.InstallError as e:
+        hostinstall.install(root, recipes, settings, host_root, not no_cdi, log=_log, owner=owner)
+    except InstallError as e:
         raise click.ClickException(str(e)) from None
     _log(f"installed the runtime files for {', '.join(names)} in {root}")
     if ready_file:
@@ -287,8 +288,8 @@ def install_command(
     sig = signal.sigwait(stop)
     _log(f"{signal.Signals(sig).name}: removing the runtime files of {', '.join(names)}")
     try:
-        installing.uninstall(root, names, log=_log, owner=owner)
-    except installing.InstallError as e:
+        hostinstall.uninstall(root, names, log=_log, owner=owner)
+    except InstallError as e:
         raise click.ClickException(str(e)) from None
     finally:
         if ready_file and os.path.exists(ready_file):
@@ -314,10 +315,11 @@ def uninstall_command(root: str, recipe: tuple[str, ...], owner: str, any_owner:
     --purge drops every owner's claim (as --any-owner) and removes the launcher as well (or the
     pass-through one an earlier uninstall left). Use it only when no container started through the
     handler remains (none running, none stopped and not yet deleted): those could not be stopped."""
-    from sro.node.runtime import installing
+    from sro.node.runtime import hostinstall
+    from sro.node.runtime.rootmanifest import InstallError
 
     who = None if any_owner or purge else owner
     try:
-        installing.uninstall(os.path.abspath(root), recipe, log=_log, owner=who, purge=purge)
-    except installing.InstallError as e:
+        hostinstall.uninstall(os.path.abspath(root), recipe, log=_log, owner=who, purge=purge)
+    except InstallError as e:
         raise click.ClickException(str(e)) from None

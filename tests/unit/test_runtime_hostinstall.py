@@ -17,8 +17,8 @@ from click.testing import CliRunner
 from sro.api import passthrough
 from sro.cli import cli
 from sro.local.cluster import ensure_launcher
-from sro.node.runtime import bundling, installing
-from sro.node.runtime.installing import InstallError, Settings
+from sro.node.runtime import bundling, hostinstall, hostpaths, hostpython, rootmanifest, rootwrites
+from sro.node.runtime.rootmanifest import InstallError, Settings
 
 SIM = "simulated-gpu"
 NV = "nvidia-gpu"
@@ -71,8 +71,8 @@ def _files(root: Path) -> dict[str, tuple[int, bytes]]:
 
 def _install(
     root: Path, host: Path, recipes: dict[str, str | None] | None = None, **kw: str
-) -> installing.Manifest:
-    return installing.install(
+) -> rootmanifest.Manifest:
+    return hostinstall.install(
         str(root), recipes if recipes is not None else {SIM: None}, _settings(root, **kw), host_root=str(host)
     )
 
@@ -82,14 +82,14 @@ def test_install_writes_the_files_for_the_host_with_a_manifest(tmp_path: Path) -
     m = _install(root, host, host_dir="/var/lib/sro/runtime")
     files = _files(root)
     assert sorted(files) == sorted(
-        [bundling.ARCHIVE_NAME, "sro-runtime", "hooks.d/sro-hook.json", SIM_CDI, installing.MANIFEST]
+        [bundling.ARCHIVE_NAME, "sro-runtime", "hooks.d/sro-hook.json", SIM_CDI, rootmanifest.MANIFEST]
     )
     assert files["sro-runtime"][0] == 0o755
     assert {mode for name, (mode, _) in files.items() if name != "sro-runtime"} == {0o644}
-    doc = json.loads(files[installing.MANIFEST][1])
+    doc = json.loads(files[rootmanifest.MANIFEST][1])
     assert doc["recipes"] == {SIM: {"driverRoot": None, "owners": ["default"]}}
     assert doc["settings"]["hostDir"] == "/var/lib/sro/runtime"
-    assert set(doc["files"]) == set(files) - {installing.MANIFEST} == set(m.files)
+    assert set(doc["files"]) == set(files) - {rootmanifest.MANIFEST} == set(m.files)
     import hashlib
 
     for name, meta in doc["files"].items():
@@ -123,7 +123,7 @@ def test_install_is_idempotent(tmp_path: Path) -> None:
     before = {p: os.stat(root / p).st_mtime_ns for p in _files(root)}
     content = _files(root)
     log: list[str] = []
-    installing.install(str(root), {SIM: None}, _settings(root), host_root=str(host), log=log.append)
+    hostinstall.install(str(root), {SIM: None}, _settings(root), host_root=str(host), log=log.append)
     assert _files(root) == content
     assert {p: os.stat(root / p).st_mtime_ns for p in _files(root)} == before
     assert all(line.startswith("unchanged ") for line in log), log
@@ -133,14 +133,14 @@ def test_recipes_share_the_files_and_uninstall_removes_one_at_a_time(tmp_path: P
     host, root = _host(tmp_path), tmp_path / "runtime"
     _install(root, host, {SIM: None})
     _install(root, host, {NV: None})  # no NVIDIA devices here: no spec, a note says why
-    manifest = installing.read_manifest(str(root))
+    manifest = rootwrites.read_manifest(str(root))
     assert manifest is not None and set(manifest.recipes) == {SIM, NV}
     assert any(n.startswith(f"{NV}: no CDI spec") for n in manifest.notes)
     assert "--recipe nvidia-gpu --recipe simulated-gpu" in (root / "sro-runtime").read_text()
     (root / "cdi" / "someone-else.json").write_text("{}")
     (root / "mine.txt").write_text("not sro's")
 
-    installing.uninstall(str(root), (SIM,))
+    hostinstall.uninstall(str(root), (SIM,))
     assert not (root / SIM_CDI).exists() and (root / "cdi" / "someone-else.json").exists()
     assert "--recipe nvidia-gpu -- " in (root / "sro-runtime").read_text()
     assert json.loads((root / "hooks.d" / "sro-hook.json").read_text())["hook"]["args"][5:] == [
@@ -148,17 +148,17 @@ def test_recipes_share_the_files_and_uninstall_removes_one_at_a_time(tmp_path: P
         "--recipe",
         NV,
     ]
-    manifest = installing.read_manifest(str(root))
+    manifest = rootwrites.read_manifest(str(root))
     assert manifest is not None and set(manifest.recipes) == {NV} and SIM_CDI not in manifest.files
 
-    installing.uninstall(str(root))
+    hostinstall.uninstall(str(root))
     assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == [
         "cdi",
         "cdi/someone-else.json",
         "mine.txt",
         "sro-runtime",  # the pass-through launcher, listed by no manifest
     ]
-    assert installing.uninstall(str(root)) is None  # nothing left to do
+    assert hostinstall.uninstall(str(root)) is None  # nothing left to do
     assert (root / "sro-runtime").read_text() == passthrough.render("/usr/sbin/runc")
 
 
@@ -166,21 +166,21 @@ def test_a_recipe_stays_while_an_owner_still_uses_it(tmp_path: Path) -> None:
     host, root = _host(tmp_path), tmp_path / "runtime"
     settings = _settings(root)
     for owner in ("sr-a", "sr-b"):
-        installing.install(str(root), {SIM: None}, settings, host_root=str(host), owner=owner)
+        hostinstall.install(str(root), {SIM: None}, settings, host_root=str(host), owner=owner)
     content = _files(root)
-    manifest = installing.read_manifest(str(root))
+    manifest = rootwrites.read_manifest(str(root))
     assert manifest is not None and manifest.owners == {SIM: ("sr-a", "sr-b")}
     log: list[str] = []
-    installing.uninstall(str(root), (SIM,), log=log.append, owner="nobody")
-    installing.uninstall(str(root), (SIM,), log=log.append, owner="sr-a")
+    hostinstall.uninstall(str(root), (SIM,), log=log.append, owner="nobody")
+    hostinstall.uninstall(str(root), (SIM,), log=log.append, owner="sr-a")
     assert _files(root).keys() == content.keys() and (root / SIM_CDI).exists()
     assert any("not installed by nobody" in line for line in log), log
     assert any("stays installed: still used by sr-b" in line for line in log), log
-    installing.uninstall(str(root), (SIM,), owner="sr-b")
+    hostinstall.uninstall(str(root), (SIM,), owner="sr-b")
     assert _only_passthrough_left(root)
     for owner in ("sr-a", "sr-b"):
-        installing.install(str(root), {SIM: None}, settings, host_root=str(host), owner=owner)
-    installing.uninstall(str(root), owner=None)  # every claim: `uninstall --any-owner`
+        hostinstall.install(str(root), {SIM: None}, settings, host_root=str(host), owner=owner)
+    hostinstall.uninstall(str(root), owner=None)  # every claim: `uninstall --any-owner`
     assert _only_passthrough_left(root)
 
 
@@ -190,8 +190,8 @@ def test_uninstall_leaves_files_replaced_by_someone_else(tmp_path: Path) -> None
     (root / "sro-runtime").unlink()
     (root / "sro-runtime").symlink_to("/bin/true")
     log: list[str] = []
-    installing.uninstall(str(root), log=log.append)
-    assert (root / "sro-runtime").is_symlink() and not (root / installing.MANIFEST).exists()
+    hostinstall.uninstall(str(root), log=log.append)
+    assert (root / "sro-runtime").is_symlink() and not (root / rootmanifest.MANIFEST).exists()
     assert any("left" in line and "symlink" in line for line in log)
 
 
@@ -199,11 +199,11 @@ def test_a_manifest_sro_cannot_read_changes_nothing(tmp_path: Path) -> None:
     root = tmp_path / "runtime"
     root.mkdir()
     (root / "x").write_text("keep")
-    bad = {"kind": installing.MANIFEST_KIND, "settings": {"hostDir": str(root)}, "files": {"../x": {}}}
-    (root / installing.MANIFEST).write_text(json.dumps(bad))
+    bad = {"kind": rootmanifest.MANIFEST_KIND, "settings": {"hostDir": str(root)}, "files": {"../x": {}}}
+    (root / rootmanifest.MANIFEST).write_text(json.dumps(bad))
     with pytest.raises(InstallError, match="not a manifest sro can read"):
-        installing.uninstall(str(root))
-    assert (root / "x").read_text() == "keep" and (root / installing.MANIFEST).exists()
+        hostinstall.uninstall(str(root))
+    assert (root / "x").read_text() == "keep" and (root / rootmanifest.MANIFEST).exists()
 
 
 def test_missing_python_fails_before_anything_is_written(tmp_path: Path) -> None:
@@ -218,9 +218,9 @@ def test_missing_python_fails_before_anything_is_written(tmp_path: Path) -> None
 
 def test_python_links_resolve_inside_the_host_root(tmp_path: Path) -> None:
     host = _host(tmp_path)
-    assert installing.on_host(str(host), "/usr/bin/python3") == str(host / "usr" / "bin" / "python3.11")
+    assert hostpaths.on_host(str(host), "/usr/bin/python3") == str(host / "usr" / "bin" / "python3.11")
     (host / "usr" / "bin" / "up").symlink_to("../../../../../../../../usr/bin/python3.11")
-    assert installing.on_host(str(host), "/usr/bin/up") == str(host / "usr" / "bin" / "python3.11")
+    assert hostpaths.on_host(str(host), "/usr/bin/up") == str(host / "usr" / "bin" / "python3.11")
 
 
 def test_settings_and_hook_options() -> None:
@@ -228,7 +228,7 @@ def test_settings_and_hook_options() -> None:
         Settings(host_dir="/x", python="python3")
     with pytest.raises(InstallError, match="--mode"):
         Settings(host_dir="/x", mode="other")
-    opts = installing.hook_options({SIM: "/opt/sim", NV: None}, "/host-dev")
+    opts = hostinstall.hook_options({SIM: "/opt/sim", NV: None}, "/host-dev")
     assert opts == [
         "--recipe",
         NV,
@@ -243,14 +243,14 @@ def test_settings_and_hook_options() -> None:
 
 def test_on_this_host_the_python_runs_the_archive_before_it_is_installed(tmp_path: Path) -> None:
     root = tmp_path / "runtime"
-    m = installing.install(str(root), {SIM: None}, _settings(root, python=sys.executable), with_cdi=False)
+    m = hostinstall.install(str(root), {SIM: None}, _settings(root, python=sys.executable), with_cdi=False)
     assert set(m.files) == {bundling.ARCHIVE_NAME, "sro-runtime", "hooks.d/sro-hook.json"}
     assert not list(root.glob(".check-*"))
     fake = tmp_path / "old-python"
     fake.write_text("#!/bin/sh\necho 'SyntaxError: invalid syntax' >&2; exit 1\n")
     fake.chmod(0o755)
     with pytest.raises(InstallError, match=f"{fake} cannot run the hook .*SyntaxError"):
-        installing.install(str(root), {SIM: None}, _settings(root, python=str(fake)), with_cdi=False)
+        hostinstall.install(str(root), {SIM: None}, _settings(root, python=str(fake)), with_cdi=False)
     assert (root / "sro-runtime").read_text().count(sys.executable) == 1  # the old install stands
 
 
@@ -288,8 +288,8 @@ def test_cli_wait_removes_what_it_installed_on_sigterm(tmp_path: Path) -> None:
         deadline = time.monotonic() + 30
         while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert ready.exists() and (root / installing.MANIFEST).exists()
-        assert '"ds-a"' in (root / installing.MANIFEST).read_text()
+        assert ready.exists() and (root / rootmanifest.MANIFEST).exists()
+        assert '"ds-a"' in (root / rootmanifest.MANIFEST).read_text()
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
     finally:
@@ -311,21 +311,21 @@ def test_the_last_uninstall_leaves_a_pass_through_launcher_to_runc(tmp_path: Pat
         pytest.skip(f"no {runc} on this machine")
     root = tmp_path / "runtime"
     settings = _settings(root, python=sys.executable, runc=runc)
-    installing.install(str(root), {SIM: None}, settings, with_cdi=False)
+    hostinstall.install(str(root), {SIM: None}, settings, with_cdi=False)
     launcher = root / "sro-runtime"
     full = launcher.read_text()
     inode = launcher.stat().st_ino
     log: list[str] = []
-    installing.uninstall(str(root), log=log.append)
+    hostinstall.uninstall(str(root), log=log.append)
     assert _only_passthrough_left(root, runc) and launcher.stat().st_ino != inode  # renamed over it
     assert any("pass-through launcher" in line for line in log), log
     res = _run(launcher, "--version")
     assert res.returncode == 0 and res.stdout == _run(Path(runc), "--version").stdout, res.stderr
     assert res.stdout.startswith("runc version")
 
-    m = installing.install(str(root), {SIM: None}, settings, with_cdi=False)  # replaces it
+    m = hostinstall.install(str(root), {SIM: None}, settings, with_cdi=False)  # replaces it
     assert launcher.read_text() == full and "sro-runtime" in m.files
-    installing.uninstall(str(root), purge=True)  # the manifest's last recipe, --purge: all goes
+    hostinstall.uninstall(str(root), purge=True)  # the manifest's last recipe, --purge: all goes
     assert not any(root.iterdir())
 
 
@@ -335,12 +335,12 @@ def test_purge_removes_only_a_pass_through_launcher(tmp_path: Path) -> None:
     launcher = root / "sro-runtime"
     launcher.write_text('#!/bin/sh\nexec /opt/other/runtime "$@"\n')  # not sro's: stays
     log: list[str] = []
-    assert installing.uninstall(str(root), log=log.append, purge=True) is None
+    assert hostinstall.uninstall(str(root), log=log.append, purge=True) is None
     assert launcher.exists() and any("not a launcher sro wrote" in line for line in log), log
     launcher.write_text(passthrough.render("/usr/sbin/runc"))
-    installing.uninstall(str(root), purge=False)
+    hostinstall.uninstall(str(root), purge=False)
     assert launcher.exists()  # a plain uninstall never removes it
-    installing.uninstall(str(root), purge=True)
+    hostinstall.uninstall(str(root), purge=True)
     assert not launcher.exists()
     assert passthrough.is_passthrough(passthrough.render("/opt/x y/runc").encode())
     assert "exec '/opt/x y/runc' \"$@\"" in passthrough.render("/opt/x y/runc")
@@ -369,15 +369,15 @@ def test_crio_hooks_dir_gets_the_same_entry_and_loses_it_first(tmp_path: Path) -
     live = crio / "sro-hook.json"
     assert live.read_bytes() == (root / "hooks.d" / "sro-hook.json").read_bytes()
     assert set(m.external) == {str(live)}
-    doc = json.loads((root / installing.MANIFEST).read_text())
+    doc = json.loads((root / rootmanifest.MANIFEST).read_text())
     assert doc["settings"]["crioHooksDir"] == str(crio) and set(doc["external"]) == {str(live)}
     # a second recipe rewrites it for both; dropping one rewrites it again
     _install(root, host, {NV: None}, crio_hooks_dir=str(crio))
     assert "nvidia-gpu" in live.read_text() and "simulated-gpu" in live.read_text()
-    installing.uninstall(str(root), (NV,))
+    hostinstall.uninstall(str(root), (NV,))
     assert "nvidia-gpu" not in live.read_text()
     log: list[str] = []
-    installing.uninstall(str(root), (SIM,), log=log.append)
+    hostinstall.uninstall(str(root), (SIM,), log=log.append)
     assert not live.exists() and (crio / "someone-else.json").exists() and crio.is_dir()
     assert log.index(f"removed {live}") < min(
         i for i, line in enumerate(log) if line.startswith(f"removed {root}")
@@ -397,7 +397,7 @@ def test_crio_hooks_dir_entry_changed_by_someone_is_left(tmp_path: Path) -> None
     _install(root, host, crio_hooks_dir=str(crio))
     (crio / "sro-hook.json").write_text('{"theirs": true}')
     log: list[str] = []
-    installing.uninstall(str(root), log=log.append)
+    hostinstall.uninstall(str(root), log=log.append)
     assert (crio / "sro-hook.json").read_text() == '{"theirs": true}'
     assert any("changed since sro wrote it" in line for line in log)
 
@@ -422,7 +422,7 @@ def test_host_python_version_from_files(
             p.symlink_to(what[2:])
         else:
             p.write_text(what)
-    assert installing.host_python_version(str(tmp_path), "/usr/bin/python3") == version
+    assert hostpython.host_python_version(str(tmp_path), "/usr/bin/python3") == version
 
 
 @pytest.mark.parametrize("python", ["python3.9", None])
@@ -443,10 +443,10 @@ def test_no_live_entry_for_an_interpreter_that_cannot_run_the_hook(
     with pytest.raises(InstallError, match="every container on this node") as e:
         _install(root, host, crio_hooks_dir=str(crio))
     assert "nothing was written" in str(e.value) and ("3.9" in str(e.value)) == bool(python)
-    assert not crio.exists() and not (root / installing.MANIFEST).exists()
+    assert not crio.exists() and not (root / rootmanifest.MANIFEST).exists()
     # without the live entry the same node installs (only the handler's launcher uses the python)
     _install(root, host)
-    assert (root / installing.MANIFEST).exists()
+    assert (root / rootmanifest.MANIFEST).exists()
 
 
 def test_crio_hooks_dir_must_be_absolute() -> None:
@@ -457,11 +457,11 @@ def test_crio_hooks_dir_must_be_absolute() -> None:
 def test_manifest_refuses_an_external_file_that_is_not_a_hooks_entry(tmp_path: Path) -> None:
     host, root, crio = _host(tmp_path), tmp_path / "runtime", tmp_path / "hooks.d"
     _install(root, host, crio_hooks_dir=str(crio))
-    doc = json.loads((root / installing.MANIFEST).read_text())
+    doc = json.loads((root / rootmanifest.MANIFEST).read_text())
     doc["external"] = {"/etc/passwd": {"sha256": "x", "mode": "0644"}}
-    (root / installing.MANIFEST).write_text(json.dumps(doc))
+    (root / rootmanifest.MANIFEST).write_text(json.dumps(doc))
     with pytest.raises(InstallError, match="not a manifest sro can read"):
-        installing.uninstall(str(root))
+        hostinstall.uninstall(str(root))
     assert Path("/etc/passwd").exists()
 
 
@@ -473,5 +473,5 @@ def test_crio_hooks_dir_may_be_the_roots_own(tmp_path: Path) -> None:
     m = _install(root, host, crio_hooks_dir=str(own))
     assert set(m.external) == {str(own / "sro-hook.json")} and (own / "sro-hook.json").exists()
     log: list[str] = []
-    installing.uninstall(str(root), log=log.append)
+    hostinstall.uninstall(str(root), log=log.append)
     assert not (own / "sro-hook.json").exists() and not any(line.startswith(f"left {own}") for line in log)

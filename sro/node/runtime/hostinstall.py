@@ -1,0 +1,268 @@
+"""`sro runtime install | uninstall`: the node's runtime files, in one directory the installer owns.
+
+Why: the runtime state's DaemonSet runs sro's image, but what it installs runs on the host, started
+by runc, containerd or CRI-O with the host's python3: so it installs a self-contained copy of the
+hook and the wrapper (`bundling`, a zipapp), the launcher a containerd runtime handler names as its
+BinaryName, a hooks.d entry for CRI-O/podman and a CDI spec per recipe, all naming host paths.
+
+Layout of the root (RUNTIME_ROOT, /var/lib/sro/runtime, on a node):
+
+    sro-hook.pyz            the hook + wrapper zipapp (stdlib only)
+    sro-runtime             the launcher (0755): containerd's runtime handler `sro` execs it; with
+                            no recipe left, the pass-through launcher (runc only) stands there
+    hooks.d/sro-hook.json   oci-hooks 1.0.0 entry (CRI-O: hooks_dir; podman: --hooks-dir)
+    cdi/<vendor>-<class>.json   one CDI spec per recipe with devices on this node (CRI-O, containerd >= 1.7)
+    manifest.json           what was installed, for whom, with which settings; uninstall removes only that
+
+and, with `--crio-hooks-dir` (the runtime state on OpenShift: /etc/containers/oci/hooks.d, the
+directory CRI-O reads hooks from on RHCOS), the same hooks.d entry there too, listed in the manifest
+as an external file. That one is live: CRI-O runs it for every container of the node, so it is
+written only after the archive it names, removed before anything else, and written only where the
+host's interpreter is known to run the hook (3.11 or later): a hook that cannot start would fail
+every container start on the node. RHCOS ships no such interpreter (RHEL 8-based releases have only
+platform-python 3.6, RHEL 9-based ones python 3.9; Fedora CoreOS has none): there the install fails
+before writing anything, saying so, and the runtime state's pod on that node is failed with that
+reason until an interpreter of 3.11 or later is layered onto the node and named with --python.
+
+The files are shared by every recipe installed on the node: the manifest records the recipes and,
+for each, its owners (who asked for it: the runtime state's DaemonSet of each SpecialResource, a
+test, the demo), and the launcher and hooks.d entry act for exactly those recipes (`--recipe` each).
+Installing adds a recipe or an owner; uninstalling drops an owner, and a recipe with no owner left
+loses its CDI spec while the shared files are rewritten for the rest; once no recipe is left, every
+file the manifest lists is removed, the manifest last, but for the launcher: containerd runs it for
+`state`, `kill` and `delete` of every container the handler started, so it is replaced (atomically)
+by a pass-through one that only execs runc (`sro.api.passthrough`), listed nowhere; the next install
+writes over it, and only `uninstall --purge` removes it. Concurrent installers (one per
+SpecialResource) take turns through a lock on the root directory, and writes are atomic
+(`rootwrites`); the settings and the manifest are `rootmanifest`, the host's paths `hostpaths`,
+its interpreter `hostpython`.
+
+Where the installer runs in a container, `host_root` is where it sees the host's `/` (the python it
+names must exist there; the CDI spec's driver files are found under it and written as host paths)
+and `host_dir` what the host calls the root directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, replace
+
+from sro.api import passthrough
+from sro.api.names import RUNTIME_LAUNCHER
+from sro.api.recipes import BUILTIN
+from sro.node.runtime import bundling, cdi, launcher, specedits
+from sro.node.runtime.hostpaths import host_inventory, on_host
+from sro.node.runtime.hostpython import check_live_hook_python, check_python, try_python
+from sro.node.runtime.rootmanifest import (
+    HOOKS_D_FILE,
+    HOOKS_D_NAME,
+    MANIFEST,
+    File,
+    InstallError,
+    Log,
+    Manifest,
+    Settings,
+)
+from sro.node.runtime.rootwrites import RootLock, apply_files, read_manifest, write_atomic
+
+LAUNCHER_NAME = os.path.basename(RUNTIME_LAUNCHER)
+CDI_DIR = "cdi"
+DEFAULT_OWNER = "default"
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def hook_options(recipes: Mapping[str, str | None], dev_root: str) -> list[str]:
+    """The options every hook and wrapper invocation carries: exactly the installed recipes."""
+    opts: list[str] = []
+    for name in sorted(recipes):
+        opts += ["--recipe", name]
+    for name, root in sorted(recipes.items()):
+        if root:
+            opts += ["--driver-root", f"{name}={root}"]
+    if dev_root != "/dev":
+        opts += ["--dev-root", dev_root]
+    return opts
+
+
+def _json(doc: object) -> bytes:
+    return (json.dumps(doc, indent=2) + "\n").encode()
+
+
+def shared_files(settings: Settings, recipes: Mapping[str, str | None]) -> dict[str, File]:
+    """The zipapp, the launcher and the hooks.d entry for `recipes` (pure)."""
+    opts = hook_options(recipes, settings.dev_root)
+    text = launcher.render(settings.python, settings.runc, settings.mode, opts, root=settings.archive)
+    cmd = specedits.HookCommand(settings.python, tuple(opts), root=settings.archive)
+    return {
+        bundling.ARCHIVE_NAME: File(bundling.build(settings.archive)),
+        LAUNCHER_NAME: File(text.encode(), 0o755),
+        HOOKS_D_FILE: File(_json(specedits.hooks_d(cmd, settings.stage))),
+    }
+
+
+def cdi_file(
+    settings: Settings, name: str, driver_root: str | None, host_root: str
+) -> tuple[str, File] | str:
+    """(path, file) of the recipe's CDI spec, or why it has none (no devices on this node)."""
+    recipe = BUILTIN[name]
+    opts = ["--recipe", name] + (["--driver-root", driver_root] if driver_root else [])
+    ldcache = specedits.HookCommand(settings.python, tuple(opts), root=settings.archive)
+    try:
+        inv = host_inventory(recipe, driver_root, settings.dev_root, host_root)
+        spec = cdi.generate(recipe, inv, ldcache)
+    except (cdi.CDIError, InstallError, ValueError) as e:
+        return f"{name}: no CDI spec ({e})"
+    return f"{CDI_DIR}/{cdi.spec_file_name(recipe, 'json')}", File(cdi.dumps(spec, "json").encode())
+
+
+def external_files(settings: Settings, shared: Mapping[str, File | None]) -> dict[str, File]:
+    """The live hooks.d entry in CRI-O's directory (absolute path -> the same file as ours), if asked."""
+    entry = shared.get(HOOKS_D_FILE)
+    if not settings.crio_hooks_dir or entry is None:
+        return {}
+    return {os.path.join(settings.crio_hooks_dir, HOOKS_D_NAME): entry}
+
+
+def install(
+    root: str,
+    recipes: Mapping[str, str | None],
+    settings: Settings,
+    host_root: str = "/",
+    with_cdi: bool = True,
+    log: Log = _quiet,
+    owner: str = DEFAULT_OWNER,
+) -> Manifest:
+    """Install (or refresh) the runtime files for `recipes` (name -> driver root or None) in `root`,
+    on behalf of `owner`.
+
+    The recipes join those already installed there; `settings` replace the node's settings.
+    """
+    unknown = sorted(set(recipes) - set(BUILTIN))
+    if unknown:
+        raise InstallError(f"unknown recipe(s) {', '.join(unknown)} (known: {', '.join(sorted(BUILTIN))})")
+    if not recipes:
+        raise InstallError("no recipe to install")
+    check_python(settings, host_root)
+    if settings.crio_hooks_dir:
+        check_live_hook_python(settings, host_root)
+    if not os.path.isfile(on_host(host_root, settings.runc)):
+        log(f"warning: no runc at {settings.runc} on this node: the launcher {LAUNCHER_NAME} cannot work")
+    with RootLock(root):
+        old = read_manifest(root)
+        if old is not None and old.settings != settings:
+            log(f"settings for every recipe in {root} change: {asdict(old.settings)} -> {asdict(settings)}")
+        merged = {**(old.recipes if old is not None else {}), **recipes}
+        owners = {n: tuple(o) for n, o in (old.owners if old is not None else {}).items() if n in merged}
+        for name in recipes:
+            owners[name] = tuple(sorted({*owners.get(name, ()), owner}))
+        files: dict[str, File | None] = dict(shared_files(settings, merged))
+        if host_root == "/":
+            tag = _checked_archive(root, settings, files[bundling.ARCHIVE_NAME])
+            if tag != bundling.CACHE_TAG:
+                log(f"note: {settings.python} is {tag}; the bundled bytecode is {bundling.CACHE_TAG}")
+        notes: list[str] = []
+        for name, driver_root in sorted(merged.items()):
+            if not with_cdi:
+                continue
+            made = cdi_file(settings, name, driver_root, host_root)
+            if isinstance(made, str):
+                notes.append(made)
+                log(made)
+            else:
+                files[made[0]] = made[1]
+        live = external_files(settings, files)
+        return apply_files(root, old, Manifest(settings, merged, {}, tuple(notes), owners), files, log, live)
+
+
+def _checked_archive(root: str, settings: Settings, archive: File | None) -> str:
+    """Run the host's python on the new zipapp before it replaces anything (host runs only)."""
+    assert archive is not None
+    tmp = os.path.join(root, f".check-{os.getpid()}.pyz")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(archive.data)
+        return try_python(settings.python, tmp)
+    finally:
+        os.unlink(tmp)
+
+
+def _leave_passthrough(root: str, runc: str, log: Log) -> None:
+    """Put the pass-through launcher where the launcher is, in one rename (never a moment without
+    one); a symlink or other non-file there now is not sro's and stays."""
+    path = os.path.join(root, LAUNCHER_NAME)
+    if os.path.islink(path):
+        log(f"left {path}: a symlink now, not the file sro wrote")
+        return
+    if os.path.lexists(path) and not os.path.isfile(path):
+        log(f"left {path}: not a regular file any more")
+        return
+    write_atomic(path, File(passthrough.render(runc).encode(), 0o755))
+    log(f"left {path}, now a pass-through launcher (runc only): its containers can still be stopped")
+
+
+def _purge_passthrough(root: str, log: Log) -> None:
+    """Remove a pass-through launcher an earlier uninstall left (no manifest lists it)."""
+    path = os.path.join(root, LAUNCHER_NAME)
+    if os.path.islink(path) or not os.path.isfile(path):
+        return
+    with open(path, "rb") as f:
+        data = f.read(8192)
+    if passthrough.is_passthrough(data):
+        os.unlink(path)
+        log(f"removed {path}")
+    else:
+        log(f"left {path}: not a launcher sro wrote")
+
+
+def uninstall(
+    root: str,
+    recipes: tuple[str, ...] = (),
+    log: Log = _quiet,
+    owner: str | None = DEFAULT_OWNER,
+    purge: bool = False,
+) -> Manifest | None:
+    """Drop `owner`'s claim on `recipes` (default: all) in `root` (owner None: every claim). A recipe
+    nobody owns any more loses its CDI spec; once none is left, every file the manifest lists goes,
+    but the launcher becomes the pass-through one (containerd still runs it to stop the containers
+    it started) unless `purge`, which removes that too (only safe once no such container remains).
+    Files the manifest does not list are never touched, but for a pass-through launcher on `purge`."""
+    if not os.path.isdir(root):
+        log(f"nothing installed in {root}")
+        return None
+    with RootLock(root):
+        old = read_manifest(root)
+        if old is None:
+            if purge:
+                _purge_passthrough(root, log)
+            log(f"nothing installed in {root} (no {MANIFEST})")
+            return None
+        asked = set(recipes or old.recipes)
+        for name in sorted(asked - set(old.recipes)):
+            log(f"{name} was not installed in {root}")
+        owners = dict(old.owners)
+        for name in asked & set(old.recipes):
+            had = old.owners.get(name, ())
+            owners[name] = () if owner is None else tuple(o for o in had if o != owner)
+            if owner is not None and owner not in had:
+                log(f"{name} was not installed by {owner} (owners: {', '.join(had) or 'none'})")
+            elif owners[name]:
+                log(f"{name} stays installed: still used by {', '.join(owners[name])}")
+        left = {n: r for n, r in old.recipes.items() if owners.get(n)}
+        owners = {n: o for n, o in owners.items() if n in left}
+        files: dict[str, File | None] = {}
+        if left:
+            files = dict(shared_files(old.settings, left))
+            files[bundling.ARCHIVE_NAME] = None  # the same code keeps running: leave the archive be
+            cdi_paths = {f"{CDI_DIR}/{cdi.spec_file_name(BUILTIN[n], 'json')}" for n in left if n in BUILTIN}
+            files.update(dict.fromkeys(cdi_paths & set(old.files)))
+        elif not purge:
+            _leave_passthrough(root, old.settings.runc, log)
+            old = replace(old, files={k: v for k, v in old.files.items() if k != LAUNCHER_NAME})
+        notes = tuple(n for n in old.notes if n.split(":", 1)[0] in left)
+        live = external_files(old.settings, files)
+        return apply_files(root, old, Manifest(old.settings, left, {}, notes, owners), files, log, live)

@@ -22,7 +22,7 @@ from sro import __version__
 # Order is the order users see. Add new agents here; keep the help line short.
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": (
-        "sro.demo:demo",
+        "sro.demo.commands:demo",
         "The whole story on the local cluster: agents, simulated GPUs, a GPU workload.",
     ),
     "local": (

@@ -10,7 +10,7 @@ import pytest
 
 from sro.api.names import simulated_opt_in_label
 from sro.api.recipes import SIMULATED_GPU
-from sro.demo import cleanup, run
+from sro.demo.stages import cleanup, run
 from sro.local.cluster import LocalCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.timeout(900)]

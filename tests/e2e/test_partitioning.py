@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from sro.api.recipes import SIMULATED_GPU
-from sro.demo_partitioning import pod
+from sro.demo.partitioning import pod
 from sro.local.cluster import LocalCluster
 from tests.e2e.helpers import get_json, sro, wait_for
 from tests.e2e.test_operator import condition, debug, is_ready, sr_doc

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sro.demo import summarize
+from sro.demo.commands import summarize
 from sro.manifests import components, render
 
 

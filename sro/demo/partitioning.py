@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
-from collections.abc import Callable
 from typing import Any
 
 from sro.api.recipes import SIMULATED_GPU
-from sro.local.cluster import ClusterError, LocalCluster
+from sro.console.progress import Progress
+from sro.demo.polling import until
+from sro.local.cluster import LocalCluster
 from sro.local.layout import BUSYBOX_IMAGE
 
-Progress = Callable[[str], None]
 RES = SIMULATED_GPU.resource
 NS = "sro-demo-partitioning"
 QUOTA_NS = "sro-demo-team-a"
@@ -59,17 +58,6 @@ def _get(cluster: LocalCluster, *args: str) -> dict[str, Any]:
     return dict(json.loads(cluster.kubectl("get", *args, "-o", "json").stdout))
 
 
-def _until(what: str, check: Callable[[], Any], timeout: float = 90) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.5)
-
-
 def _phase(cluster: LocalCluster, name: str, ns: str) -> str:
     return str(_get(cluster, "pod", name, "-n", ns)["status"].get("phase", ""))
 
@@ -82,9 +70,9 @@ def run(cluster: LocalCluster, sr: str, progress: Progress) -> list[tuple[str, s
     patch = json.dumps({"spec": {"partitioning": PARTITIONING}})
     cluster.kubectl("patch", "sr", sr, "--type", "merge", "-p", patch)
     progress(f"  taint {RES}:NoSchedule, PriorityClasses {HIGH}/{LOW}, quota {RES}: 1 in {QUOTA_NS}")
-    _until("the node's partitioning taint", lambda: any(
+    until("the node's partitioning taint", lambda: any(
         t["key"] == RES for t in _get(cluster, "node", cluster.node_name)["spec"].get("taints", [])))  # fmt: skip
-    _until(
+    until(
         "the quota",
         lambda: cluster.kubectl("-n", QUOTA_NS, "get", "resourcequota", check=False).stdout.strip(),
     )
@@ -101,9 +89,9 @@ def run(cluster: LocalCluster, sr: str, progress: Progress) -> list[tuple[str, s
             return next((c.get("message", "") for c in conds if c.get("reason") == "Unschedulable"), "")
 
         rows.append(
-            ("CPU-only pod", "kept off the GPU node (Pending)", _until("the scheduler's verdict", refused))
+            ("CPU-only pod", "kept off the GPU node (Pending)", until("the scheduler's verdict", refused))
         )
-        _until("the GPU pod to run", lambda: _phase(cluster, "gpu-user", NS) == "Running")
+        until("the GPU pod to run", lambda: _phase(cluster, "gpu-user", NS) == "Running")
         tol = [
             t
             for t in _get(cluster, "pod", "gpu-user", "-n", NS)["spec"]["tolerations"]
@@ -126,9 +114,9 @@ def run(cluster: LocalCluster, sr: str, progress: Progress) -> list[tuple[str, s
         cluster.kubectl("delete", "pod", "first", "-n", QUOTA_NS, "--grace-period=1", check=False)
         free = int(_get(cluster, "node", cluster.node_name)["status"]["allocatable"][RES])
         apply(pod("batch", NS, gpus=free, priority=LOW))
-        _until("the low-priority pod to hold every device", lambda: _phase(cluster, "batch", NS) == "Running")
+        until("the low-priority pod to hold every device", lambda: _phase(cluster, "batch", NS) == "Running")
         apply(pod("training", NS, gpus=1, priority=HIGH))
-        _until("the high-priority pod to run", lambda: _phase(cluster, "training", NS) == "Running", 120)
+        until("the high-priority pod to run", lambda: _phase(cluster, "training", NS) == "Running", 120)
         events = _get(cluster, "events", "-n", NS, "--field-selector", "involvedObject.name=batch")["items"]
         message = next((e["message"] for e in events if e.get("reason") == "Preempted"), "(no event yet)")
         rows.append((f"high-priority pod, all {free} GPUs taken", "preempted the low-priority pod", message))

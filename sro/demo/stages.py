@@ -1,4 +1,4 @@
-"""`sro demo`: the whole story on the embedded local cluster, in one command, through the operator.
+"""The stages of `sro demo`: the whole story on the embedded local cluster, through the operator.
 
 Stages: the local cluster (Kubernetes built once per machine) → the sro image → `sro install` (the
 SpecialResource CRD, RBAC, feature discovery, the operator with two replicas) → the SpecialResource
@@ -18,31 +18,27 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import click
 import yaml
-from rich.console import Console
-from rich.table import Table
 
-from sro import demo_partitioning
-from sro.api.names import NAMESPACE, NFD_PREFIX, STATE_NAMES, state_label, validated_label
+from sro.api.names import NAMESPACE, STATE_NAMES, state_label, validated_label
 from sro.api.recipes import SIMULATED_GPU
+from sro.console.progress import Progress
+from sro.demo import partitioning
+from sro.demo.polling import until
 from sro.local.cluster import ClusterError, LocalCluster
-from sro.local.commands import steps
 from sro.local.layout import BUSYBOX_IMAGE, RUNTIME_HANDLER
 
-Progress = Callable[[str], None]
 WORKLOAD = "sro-demo-workload"
 RESOURCE = SIMULATED_GPU.resource
 WORKLOAD_SCRIPT = (
     f'echo "{SIMULATED_GPU.visible_devices_env}=${SIMULATED_GPU.visible_devices_env}"; '
     "ls /dev | grep sro-simgpu | tr '\\n' ' '; echo; simgpu-smi"
 )
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "simulated-gpu.yaml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "simulated-gpu.yaml"
 
 
 def example_special_resource() -> dict[str, Any]:
@@ -57,33 +53,11 @@ def example_special_resource() -> dict[str, Any]:
     }
 
 
-def summarize(labels: Mapping[str, str]) -> list[tuple[str, str]]:
-    """Rows for people: one per label, except cpuid flags, which become one row with a count."""
-    rows: list[tuple[str, str]] = []
-    cpuid = sorted(k.rsplit(".", 1)[1] for k in labels if k.startswith(NFD_PREFIX + "cpu-cpuid."))
-    for key in sorted(labels):
-        if key.startswith(NFD_PREFIX + "cpu-cpuid."):
-            continue
-        rows.append((key.removeprefix(NFD_PREFIX), labels[key]))
-    if cpuid:
-        shown = ", ".join(cpuid[:8]) + (", ..." if len(cpuid) > 8 else "")
-        rows.append(("cpu-cpuid.*", f"{len(cpuid)} flags: {shown}"))
-    return rows
-
-
-def _wait(what: str, check: Callable[[], bool], timeout: float, on_timeout: Callable[[], str]) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what}\n{on_timeout()}")
-        time.sleep(0.5)
-
-
 def _node(cluster: LocalCluster) -> dict[str, Any]:
     return dict(json.loads(cluster.kubectl("get", "node", cluster.node_name, "-o", "json").stdout))
 
 
-def _sro(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
+def run_sro(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
     return subprocess.run([sys.executable, "-m", "sro", *args], env=env, capture_output=True, text=True)
 
@@ -157,7 +131,7 @@ def run(cluster: LocalCluster, progress: Progress) -> Outcome:
 
     image = ensure_sro_image(cluster, progress)
     progress("Stage 3/6: sro install (CRD, RBAC, feature discovery, the operator: 2 replicas, one leads)")
-    out = _sro(cluster, "install", "--image", image)
+    out = run_sro(cluster, "install", "--image", image)
     if out.returncode != 0:
         raise ClusterError(f"sro install failed:\n{out.stdout}{out.stderr}")
     sr = example_special_resource()
@@ -175,7 +149,7 @@ def run(cluster: LocalCluster, progress: Progress) -> Outcome:
         phase = cluster.kubectl("get", "pod", WORKLOAD, "-o", "jsonpath={.status.phase}", check=False).stdout
         return phase in ("Succeeded", "Failed")
 
-    _wait(
+    until(
         "the workload pod",
         finished,
         120,
@@ -185,41 +159,8 @@ def run(cluster: LocalCluster, progress: Progress) -> Outcome:
     node = _node(cluster)
     cluster.kubectl("delete", "pod", WORKLOAD, "--ignore-not-found", "--grace-period=1", check=False)
     progress("Stage 6/6: partitioning — a taint, priorities and a quota on the GPU node")
-    rows = demo_partitioning.run(cluster, name, progress)
+    rows = partitioning.run(cluster, name, progress)
     return Outcome(node, output, rows)
-
-
-def show(cluster: LocalCluster, outcome: Outcome) -> None:
-    console = Console()
-    node, output = outcome.node, outcome.output
-    labels = node["metadata"].get("labels", {})
-    features = {k: v for k, v in labels.items() if k.startswith(NFD_PREFIX)}
-    table = Table(title=f"Node {cluster.node_name}: {len(features)} NFD-compatible feature labels")
-    table.add_column("feature (feature.node.kubernetes.io/...)")
-    table.add_column("value")
-    for key, value in summarize(features):
-        table.add_row(key, value)
-    console.print(table)
-
-    gpu = Table(title="Simulated GPUs: labels, capacity and allocatable (no real hardware)")
-    gpu.add_column("key")
-    gpu.add_column("value")
-    for key in sorted(k for k in labels if k.startswith(SIMULATED_GPU.label_prefix)):
-        gpu.add_row(key, labels[key])
-    status = node["status"]
-    gpu.add_row(f"capacity {RESOURCE}", status.get("capacity", {}).get(RESOURCE, "0"))
-    gpu.add_row(f"allocatable {RESOURCE}", status.get("allocatable", {}).get(RESOURCE, "0"))
-    console.print(gpu)
-    console.print(f"[bold]Workload pod {WORKLOAD}[/bold] (asked for {RESOURCE}: 2) printed:")
-    console.print(output.rstrip() or "(nothing)", markup=False, highlight=False)
-    parts = Table(title="Partitioning (spec.partitioning of the SpecialResource)")
-    for col in ("tried", "what happened", "evidence"):
-        parts.add_column(col)
-    for row in outcome.partitioning:
-        parts.add_row(*row)
-    console.print(parts)
-    status = _sro(cluster, "status", "--no-logs")
-    console.print(status.stdout.rstrip(), markup=False, highlight=False)
 
 
 def cleanup(cluster: LocalCluster) -> None:
@@ -228,8 +169,8 @@ def cleanup(cluster: LocalCluster) -> None:
     cluster.kubectl("delete", "pod", WORKLOAD, "--ignore-not-found", "--grace-period=1", check=False)
     name = example_special_resource()["metadata"]["name"]
     cluster.kubectl("delete", "sr", name, "--ignore-not-found", "--timeout=120s", check=False)
-    _sro(cluster, "uninstall")
-    _sro(
+    run_sro(cluster, "uninstall")
+    run_sro(
         cluster,
         "discover",
         "--cleanup",
@@ -238,32 +179,3 @@ def cleanup(cluster: LocalCluster) -> None:
         "--kubeconfig",
         str(cluster.kubeconfig),
     )
-
-
-@click.command()
-@click.option(
-    "--keep/--cleanup", default=True, show_default=True, help="Leave the demo's objects running afterwards."
-)
-def demo(keep: bool) -> None:
-    """Bring up the local cluster, install sro, let the operator walk a SpecialResource, run a GPU workload.
-
-    Ends with tables: the node's features, the simulated GPUs, what the workload saw and `sro status`.
-    Needs root on a Debian 12 machine with the packages of scripts/setup-host (`make demo` installs
-    them). The first run builds Kubernetes from Debian's source package (about 5 minutes, cached).
-    The GPUs are simulated: 8 of them, with NVLink islands and NUMA nodes, as real device nodes.
-    """
-    cluster = LocalCluster.default()
-    with steps("sro demo") as progress:
-        outcome = run(cluster, progress)
-        progress("Done")
-    show(cluster, outcome)
-    if not keep:
-        cleanup(cluster)
-        print("Removed the demo's objects, labels, runtime files and the simulated driver.", file=sys.stderr)
-    else:
-        print(
-            f'Next: eval "$(sro local env)"; kubectl get sr; kubectl -n {NAMESPACE} get pods; sro status\n'
-            "      sro simulate fault --device 0 --xid 79   # watch allocatable drop, then --clear\n"
-            "      sro demo --cleanup                       # remove what the demo deployed",
-            file=sys.stderr,
-        )

@@ -1,0 +1,1 @@
+"""`sro demo`: its command and tables (`commands`), its stages (`stages`), the partitioning stage."""

@@ -68,6 +68,10 @@ class Context:
     def object_name(self, state: str, suffix: str = "") -> str:
         return f"sro-{self.sr}-{state}" + (f"-{suffix}" if suffix else "")
 
+    def node_object_name(self, state: str, node: str) -> str:
+        """The name of a state's one pod for one node (a validation, the holder scan)."""
+        return self.object_name(state, f"{slug(node, 20)}-{short_hash(node, length=5)}")
+
     def overrides(self, state: str) -> dict[str, str]:
         prefix = f"{state}."
         return {k.removeprefix(prefix): v for k, v in self.custom.items() if k.startswith(prefix)}

@@ -206,7 +206,7 @@ class ValidationState(State):
         self.name, self.component, self.check, self.after = name, "validation", check, tuple(after)
 
     def pod_name(self, ctx: Context, node: str) -> str:
-        return ctx.object_name(self.name, f"{slug(node, 20)}-{short_hash(node, length=5)}")
+        return ctx.node_object_name(self.name, node)
 
     def inputs(self, ctx: Context, node: str, pods: Sequence[PodInfo]) -> str:
         """What the validation depends on: the spec and the pods of the earlier states on the node."""

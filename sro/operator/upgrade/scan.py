@@ -12,7 +12,7 @@ from typing import Any
 
 from sro.api import holders
 from sro.api.images import pull_policy_for
-from sro.operator.rendering import Context, decorate, render_state, short_hash, slug
+from sro.operator.rendering import Context, decorate, render_state
 from sro.operator.states import INPUTS_ANNOTATION
 
 SCAN_STATE = "upgrade-scan"  # the state label of the holder-scan pods
@@ -20,7 +20,7 @@ SCAN_RETRY = timedelta(seconds=5)  # a scan that found a holder runs again after
 
 
 def scan_pod_name(ctx: Context, node: str) -> str:
-    return ctx.object_name(SCAN_STATE, f"{slug(node, 20)}-{short_hash(node, length=5)}")
+    return ctx.node_object_name(SCAN_STATE, node)
 
 
 def scan_pod(ctx: Context, node: str, inputs: str) -> dict[str, Any]:

@@ -50,11 +50,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Driver upgrades: status, pause, resume, retry a failed node.",
     ),
     "report": (
-        "sro.report.command:report",
+        "sro.report.commands:report",
         "A PNG of GPU utilisation and memory over time per device, node or namespace (Prometheus).",
     ),
     "nodepool": (
-        "sro.nodepools.command:nodepool",
+        "sro.nodepools.commands:nodepool",
         "GPU node pools: a GPU MachineSet/MachineDeployment with its autoscaler wiring.",
     ),
     "discover": (
@@ -91,7 +91,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Validation pods' checks: `validate driver`, `validate workload`.",
     ),
     "manifests": (
-        "sro.manifests.command:manifests",
+        "sro.manifests.commands:manifests",
         "Print a component's manifests for kubectl apply -f - on any cluster.",
     ),
     "bundle": ("sro.openshift.commands:bundle", "OLM bundle of the operator (`bundle generate`)."),

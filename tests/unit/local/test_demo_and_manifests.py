@@ -32,7 +32,7 @@ def test_node_report_renders_with_the_image_and_refuses_missing_values() -> None
 def test_manifests_command_renders_for_any_cluster_and_names_bad_input() -> None:
     from click.testing import CliRunner
 
-    from sro.manifests.command import manifests
+    from sro.manifests.commands import manifests
 
     runner = CliRunner()
     ok = runner.invoke(

@@ -1,9 +1,16 @@
 """One line for a YAML syntax error: PyYAML's own message spans several lines and quotes the
-document, while a command's error (and a log line) must stay on one line and say where."""
+document, while a command's error (and a log line) must stay on one line and say where. And one
+way to load a YAML file into a parsed value, every error naming the file."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
 import yaml
+
+T = TypeVar("T")
 
 
 def yaml_error(e: yaml.YAMLError) -> str:
@@ -13,3 +20,23 @@ def yaml_error(e: yaml.YAMLError) -> str:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         return f"{where}{e.problem}" + (f" ({e.context})" if e.context else "")
     return " ".join(str(e).split())
+
+
+def load_yaml_file(
+    path: Path,
+    parse: Callable[[Any], T],
+    error: type[Exception],
+    describe: Callable[[yaml.YAMLError], str] = yaml_error,
+) -> T:
+    """`parse` of the YAML document in `path`; `error` whose message starts with the path when the
+    file cannot be read, is not YAML (said by `describe`) or `parse` raises `error`."""
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise error(f"{path}: cannot read: {e.strerror}") from e
+    except yaml.YAMLError as e:
+        raise error(f"{path}: not YAML: {describe(e)}") from e
+    try:
+        return parse(doc)
+    except error as e:
+        raise error(f"{path}: {e}") from e

@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
@@ -19,7 +21,18 @@ from sro.api.recipes import BUILTIN
 from sro.console.options import recipe_option
 from sro.devices.commands import simulate_driver
 
-_DIRECTORY = click.Path(path_type=Path, exists=True, file_okay=False)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _directory_option(name: str, default: Path | None = None, help: str | None = None) -> Callable[[F], F]:
+    """An existing directory, its default shown in the help."""
+    return click.option(
+        name,
+        type=click.Path(path_type=Path, exists=True, file_okay=False),
+        default=default,
+        show_default=default is not None,
+        help=help,
+    )
 
 
 @click.group("driver")
@@ -32,23 +45,9 @@ driver.add_command(simulate_driver)
 
 @driver.command("holders")
 @recipe_option(required=True)
-@click.option(
-    "--proc-root",
-    type=_DIRECTORY,
-    default=Path("/proc"),
-    show_default=True,
-)
-@click.option(
-    "--driver-root",
-    type=_DIRECTORY,
-    help="The driver's files (default: the recipe's driver root).",
-)
-@click.option(
-    "--dev-root",
-    type=_DIRECTORY,
-    default=Path("/dev"),
-    show_default=True,
-)
+@_directory_option("--proc-root", default=Path("/proc"))
+@_directory_option("--driver-root", help="The driver's files (default: the recipe's driver root).")
+@_directory_option("--dev-root", default=Path("/dev"))
 @click.option(
     "--termination-log",
     type=click.Path(path_type=Path, dir_okay=False),

@@ -19,9 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import yaml
-
 from sro.api.recipes import Recipe
+from sro.api.yamltext import load_yaml_file
 from sro.devices.health import HealthTracker
 from sro.devices.model import Backend, HealthEvent, Inventory
 from sro.node.deviceplugin import drivermounts, resources
@@ -39,16 +38,7 @@ def load_config(path: Path | None, recipe: Recipe, resource_override: str | None
     """Parse the config file (ConfigError naming the file and field when malformed)."""
     config = default_config(recipe)
     if path is not None:
-        try:
-            doc = yaml.safe_load(path.read_text())
-        except OSError as e:
-            raise ConfigError(f"{path}: cannot read: {e.strerror}") from e
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: not YAML: {e}") from e
-        try:
-            config = parse_config(doc, recipe)
-        except ConfigError as e:
-            raise ConfigError(f"{path}: {e}") from e
+        config = load_yaml_file(path, lambda doc: parse_config(doc, recipe), ConfigError, describe=str)
     if resource_override:
         config = replace(config, resource_name=resource_override)
     return config

@@ -17,8 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from sro.api.yamltext import load_yaml_file
 from sro.devices.health import HealthPolicy, parse_policy
 
 
@@ -41,13 +40,4 @@ def parse(doc: Any) -> HealthPolicy:
 
 
 def load(path: Path) -> HealthPolicy:
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read: {e.strerror}") from e
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not YAML: {e}") from e
-    try:
-        return parse(doc)
-    except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from e
+    return load_yaml_file(path, parse, ConfigError, describe=str)

@@ -1,8 +1,9 @@
 """`sro local up | down | status`: the orchestration of a real single-node Kubernetes.
 
 Ordering and idempotence live here; what each daemon is lives in `components.py`, how processes are
-started and checked in `supervisor.py`, and what gets mounted and torn down in `cleanup.py`. `up`
-either ends with a Ready node or stops everything it started and says why (with the log tail).
+started and checked in `supervisor.py`, what it sets on the host in `hostsetup.py`, and what gets
+mounted and torn down in `cleanup.py`. `up` either ends with a Ready node or stops everything it
+started and says why (with the log tail).
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sro.api import passthrough
 from sro.api.names import RUNTIME_LAUNCHER, simulated_opt_in_label
 from sro.api.recipes import SIMULATED_GPU
 from sro.local import cleanup, supervisor
 from sro.local.components import ApiLimits, Component, NodeFacts, admin_kubeconfig, components
 from sro.local.hollow import HollowNodes
+from sro.local.hostsetup import enable_forwarding, ensure_launcher
 from sro.local.images import ensure_base_images
 from sro.local.kubebuild import ensure_kubernetes
 from sro.local.layout import KUBERNETES_SERVICE_IP, RUNTIME_HANDLER, Layout
@@ -48,7 +49,6 @@ PREREQUISITES = {
 }
 
 
-RUNC = "/usr/sbin/runc"
 STALE_DISCOVERY = "the server doesn't have a resource type"  # kubectl, with a stale discovery cache
 # Restarted in place by `up` when their flags changed (the API rate limits): neither holds state.
 RESTARTABLE = ("kube-controller-manager", "kube-scheduler")
@@ -60,27 +60,6 @@ class ClusterError(RuntimeError):
 
 def _quiet(_: str) -> None:
     pass
-
-
-def ensure_launcher(path: Path = Path(RUNTIME_LAUNCHER), runc: str = RUNC) -> bool:
-    """Write the pass-through launcher at `path` unless something is there; whether it wrote.
-
-    containerd's handler `sro` names `path` as its runc binary: with none there, no pod of the
-    RuntimeClass could start, stop or be deleted until `sro runtime install` writes the real one.
-    Linked into place, so a launcher an installer writes meanwhile is never overwritten."""
-    if os.path.lexists(path):
-        return False
-    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(passthrough.render(runc))
-        tmp.chmod(0o755)
-        os.link(tmp, path)
-    except FileExistsError:
-        return False
-    finally:
-        tmp.unlink(missing_ok=True)
-    return True
 
 
 def node_ip() -> str:
@@ -233,7 +212,7 @@ class LocalCluster:
     def death_report(self, name: str, lines: int = 12) -> str:
         """What a dead daemon's log says about its end: the last lines, and before them the line where
         it crashed (a Go runtime fatal error or panic is followed by pages of goroutine stacks)."""
-        return crash_summary(supervisor.log_tail(self.layout, name, lines=5000), lines)
+        return supervisor.crash_summary(supervisor.log_tail(self.layout, name, lines=5000), lines)
 
     def is_healthy(self) -> bool:
         return all(state == "running" for _, state, _ in self.status()) and self.node_ready()
@@ -272,7 +251,7 @@ class LocalCluster:
                     "leftover of an earlier run, run `sro local down` first"
                 )
         exe = comp.argv[0]
-        others = _pids_of(exe)
+        others = supervisor.pids_of(exe)
         if others:
             pids = " ".join(map(str, others))
             raise ClusterError(
@@ -304,7 +283,7 @@ class LocalCluster:
             progress(f"Certificates issued: {', '.join(made)}")
         self.layout.admin_kubeconfig.write_text(admin_kubeconfig(self.layout))
         self.layout.admin_kubeconfig.chmod(0o600)
-        _enable_forwarding()
+        enable_forwarding()
         if ensure_launcher():
             progress(f"Wrote the pass-through launcher {RUNTIME_LAUNCHER} (runc only) for the handler")
         started: list[str] = []
@@ -423,45 +402,3 @@ class LocalCluster:
                 f"Removed the cluster's data ({self.layout.state}, {self.layout.kubelet_root}, containerd's)"
             )
         progress("Local cluster down")
-
-
-_CRASH_MARKERS = ("fatal error:", "panic:", "F0", "F1")  # Go runtime, Go panic, klog's Fatal
-
-
-def crash_summary(log_text: str, lines: int = 12) -> str:
-    """The last `lines` lines of the daemon's latest run, preceded by its first crash line (and the two
-    after it) when that lies further up. `supervisor.start` begins each run with a `==== ` line."""
-    all_lines = log_text.splitlines()
-    starts = [i for i, line in enumerate(all_lines) if line.startswith("==== ")]
-    run = all_lines[starts[-1] :] if starts else all_lines
-    tail = run[-lines:]
-    crash = next((i for i, line in enumerate(run) if line.startswith(_CRASH_MARKERS)), None)
-    if crash is None or crash >= len(run) - lines:
-        return "\n".join(tail)
-    head = run[crash : min(crash + 3, len(run) - lines)]
-    return "\n".join([*head, "...", *tail])
-
-
-def _pids_of(exe: str) -> list[int]:
-    """Processes running this executable (by /proc/<pid>/exe)."""
-    target = os.path.realpath(exe)
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if os.readlink(entry / "exe").removesuffix(" (deleted)") == target:
-                pids.append(int(entry.name))
-        except OSError:
-            continue
-    return pids
-
-
-def _enable_forwarding() -> None:
-    Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")
-    # Bridged pod traffic through iptables (Service NAT between pods); absent module is tolerated:
-    # pod -> Service traffic is routed via the bridge's gateway and does not need it.
-    subprocess.run(["modprobe", "br_netfilter"], capture_output=True)
-    nf = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
-    if nf.exists():
-        nf.write_text("1\n")

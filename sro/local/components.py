@@ -191,6 +191,22 @@ def components(
     def kc(component: str, cert: str, user: str) -> tuple[Path, str]:
         return layout.kubeconfig(component), kubeconfig(api, pki, cert, user)
 
+    def secure_serving(component: str, port: int) -> tuple[str, ...]:
+        """A control-plane daemon's flags for its own kubeconfig and for serving /healthz over TLS
+        with its certificate (no insecure port, no leader election: there is one of each)."""
+        conf = layout.kubeconfig(component)
+        return (
+            f"--kubeconfig={conf}",
+            f"--authentication-kubeconfig={conf}",
+            f"--authorization-kubeconfig={conf}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--tls-cert-file={pki / f'{component}.crt'}",
+            f"--tls-private-key-file={pki / f'{component}.key'}",
+            "--port=0",
+            "--leader-elect=false",
+        )
+
     etcd = Component(
         "etcd",
         (
@@ -256,15 +272,7 @@ def components(
         "kube-controller-manager",
         (
             str(bindir / "kube-controller-manager"),
-            f"--kubeconfig={layout.kubeconfig('controller-manager')}",
-            f"--authentication-kubeconfig={layout.kubeconfig('controller-manager')}",
-            f"--authorization-kubeconfig={layout.kubeconfig('controller-manager')}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={p.controller_manager}",
-            f"--tls-cert-file={pki / 'controller-manager.crt'}",
-            f"--tls-private-key-file={pki / 'controller-manager.key'}",
-            "--port=0",
-            "--leader-elect=false",
+            *secure_serving("controller-manager", p.controller_manager),
             "--use-service-account-credentials=true",
             f"--service-account-private-key-file={pki / 'sa.key'}",
             f"--root-ca-file={pki / 'ca.crt'}",
@@ -282,15 +290,7 @@ def components(
         "kube-scheduler",
         (
             str(bindir / "kube-scheduler"),
-            f"--kubeconfig={layout.kubeconfig('scheduler')}",
-            f"--authentication-kubeconfig={layout.kubeconfig('scheduler')}",
-            f"--authorization-kubeconfig={layout.kubeconfig('scheduler')}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={p.scheduler}",
-            f"--tls-cert-file={pki / 'scheduler.crt'}",
-            f"--tls-private-key-file={pki / 'scheduler.key'}",
-            "--port=0",
-            "--leader-elect=false",
+            *secure_serving("scheduler", p.scheduler),
             *limits.flags(),
             "--v=1",
         ),

@@ -181,3 +181,35 @@ def log_tail(layout: Layout, name: str, lines: int = 20) -> str:
         return "\n".join(layout.log(name).read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
+
+
+_CRASH_MARKERS = ("fatal error:", "panic:", "F0", "F1")  # Go runtime, Go panic, klog's Fatal
+
+
+def crash_summary(log_text: str, lines: int = 12) -> str:
+    """The last `lines` lines of the daemon's latest run, preceded by its first crash line (and the two
+    after it) when that lies further up. `start` begins each run with a `==== ` line."""
+    all_lines = log_text.splitlines()
+    starts = [i for i, line in enumerate(all_lines) if line.startswith("==== ")]
+    run = all_lines[starts[-1] :] if starts else all_lines
+    tail = run[-lines:]
+    crash = next((i for i, line in enumerate(run) if line.startswith(_CRASH_MARKERS)), None)
+    if crash is None or crash >= len(run) - lines:
+        return "\n".join(tail)
+    head = run[crash : min(crash + 3, len(run) - lines)]
+    return "\n".join([*head, "...", *tail])
+
+
+def pids_of(exe: str) -> list[int]:
+    """Processes running this executable (by /proc/<pid>/exe)."""
+    target = os.path.realpath(exe)
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.readlink(entry / "exe").removesuffix(" (deleted)") == target:
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids

@@ -58,10 +58,6 @@ class PoolRequest:
     taints: tuple[Taint, ...] = ()
     special_resource: str = ""
 
-    @property
-    def autoscaled(self) -> bool:
-        return self.min_replicas is not None
-
 
 def label_key_problem(key: str) -> str:
     prefix, _, name = key.rpartition("/")
@@ -108,7 +104,7 @@ def parse_taint(text: str) -> Taint:
 
 
 def startup_taint(special_resource: str) -> Taint:
-    """The operator's `spec.startupTaint` (same key and value as sro.operator.reconcile puts there)."""
+    """The operator's `spec.startupTaint` (same key and value as sro.operator.taints puts there)."""
     return Taint(not_ready_taint(special_resource), "true", "NoSchedule")
 
 

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from sro.api import passthrough
 from sro.cli import cli
-from sro.local.cluster import ensure_launcher
+from sro.local.hostsetup import ensure_launcher
 from sro.node.runtime import bundling, hostinstall, hostpaths, hostpython, rootmanifest, rootwrites
 from sro.node.runtime.rootmanifest import InstallError, Settings
 

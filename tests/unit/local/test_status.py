@@ -11,9 +11,10 @@ import pytest
 from click.testing import CliRunner
 
 from sro.local import commands, supervisor
-from sro.local.cluster import LocalCluster, crash_summary
+from sro.local.cluster import LocalCluster
 from sro.local.components import NodeFacts
 from sro.local.layout import Layout
+from sro.local.supervisor import crash_summary
 
 GO_CRASH = [
     "==== 2024-01-01T00:00:00 starting kube-apiserver --old-run",

@@ -10,7 +10,7 @@ in a second process handing out a fixed copy of the exporter's own text. Figures
 - the exporter's resident memory (target < 64 MiB) against the static server's;
 - a collection's duration (from the exporter's own metric) against its interval;
 - why the text is rendered by hand, once per collection: rendering one collection's 2,500 series
-  (`rendering.render`) against prometheus_client's `generate_latest` of the same families through a
+  (`exposition.render`) against prometheus_client's `generate_latest` of the same families through a
   custom collector, which is what a prometheus_client exporter would pay on every scrape.
 """
 
@@ -41,7 +41,7 @@ from sro.devices import driverstate, simconfig
 from sro.devices.model import Backend
 from sro.devices.simulated import SimulatedBackend
 from sro.devices.telemetry import SimulatedTelemetry, Telemetry
-from sro.node.exporter import podresources, podresources_pb2, podresources_pb2_grpc, rendering
+from sro.node.exporter import exposition, podresources, podresources_pb2, podresources_pb2_grpc
 from sro.node.exporter.collecting import Collector
 
 RESOURCE = SIMULATED_GPU.resource
@@ -178,7 +178,7 @@ def _render_costs(driver_root: Path, kubelet_socket: Path) -> tuple[list[float],
     finally:
         c.close()
         quiet.setLevel(level)
-    families = list(text_string_to_metric_families(rendering.render(collected)))
+    families = list(text_string_to_metric_families(exposition.render(collected)))
 
     class Snapshot:
         def collect(self) -> Any:
@@ -186,7 +186,7 @@ def _render_costs(driver_root: Path, kubelet_socket: Path) -> tuple[list[float],
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Snapshot())  # type: ignore[arg-type]
-    ours = timings(lambda: rendering.render(collected).encode(), 50, warmup=3)
+    ours = timings(lambda: exposition.render(collected).encode(), 50, warmup=3)
     theirs = timings(lambda: generate_latest(registry), 50, warmup=3)
     return ours, theirs
 

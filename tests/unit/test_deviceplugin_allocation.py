@@ -13,8 +13,8 @@ from sro.node.deviceplugin.allocation import (
     container_allocation,
     validate,
 )
+from sro.node.deviceplugin.announcing import Unit, plan
 from sro.node.deviceplugin.config import parse_config
-from sro.node.deviceplugin.resources import Unit, plan
 
 INV = simconfig.parse({"count": 4})
 U = [d.uuid for d in INV.devices]

@@ -9,9 +9,9 @@ from sro.api.recipes import NVIDIA_GPU, SIMULATED_GPU
 from sro.devices import simconfig
 from sro.devices.health import HealthTracker
 from sro.devices.model import DeviceUUID, HealthEvent
+from sro.node.deviceplugin.announcing import plan
 from sro.node.deviceplugin.config import parse_config
 from sro.node.deviceplugin.core import HealthBoard, ResourceCore
-from sro.node.deviceplugin.resources import plan
 
 
 class Clock:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from sro.api.recipes import SIMULATED_GPU
 from sro.devices import simconfig
+from sro.node.deviceplugin.announcing import ResourcePlan, plan
 from sro.node.deviceplugin.config import parse_config
 from sro.node.deviceplugin.preferred import preferred
-from sro.node.deviceplugin.resources import ResourcePlan, plan
 
 
 def _plan(doc: dict[str, object], cfg: object = None) -> tuple[ResourcePlan, list[str]]:

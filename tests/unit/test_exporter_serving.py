@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from sro.node.exporter.commands import exporter, parse_interval
-from sro.node.exporter.rendering import CONTENT_TYPE
+from sro.node.exporter.exposition import CONTENT_TYPE
 from sro.node.exporter.serving import MetricsServer, parse_address
 from tests.unit.exporter_support import FakeKubelet, collector, driver_root
 

@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sro.api.recipes import Recipe
+from sro.node.deviceplugin.announcing import Announced, ResourcePlan, Unit
 from sro.node.deviceplugin.config import PluginConfig
-from sro.node.deviceplugin.resources import Announced, ResourcePlan, Unit
 
 ANNOTATION_NAME = "sro-device-plugin"
 

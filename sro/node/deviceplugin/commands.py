@@ -19,7 +19,7 @@ import click
 from sro.console.options import load_recipe, recipe_options
 from sro.devices import open_backend
 from sro.devices.health import HealthTracker
-from sro.node.deviceplugin import resources
+from sro.node.deviceplugin import announcing
 from sro.node.deviceplugin.config import ConfigError
 from sro.node.deviceplugin.core import HealthBoard
 from sro.node.deviceplugin.lifecycle import Plugin, load_config
@@ -76,7 +76,7 @@ def device_plugin(
         except Exception as e:  # no driver yet, a device that does not answer: say which, once
             raise click.ClickException(f"{recipe.backend} backend: {e}") from e
         try:
-            plans = resources.plan(inv, config)
+            plans = announcing.plan(inv, config)
         except ConfigError as e:
             raise click.ClickException(str(e)) from e
         board = HealthBoard(HealthTracker(config.ignored_xids, config.recover_after, config.health_enabled))

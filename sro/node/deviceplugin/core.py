@@ -20,8 +20,8 @@ from sro.devices.health import ALL, HealthTracker
 from sro.devices.model import HealthEvent
 from sro.node.deviceplugin import allocation, preferred
 from sro.node.deviceplugin.allocation import ContainerAllocation, MountSpec
+from sro.node.deviceplugin.announcing import ResourcePlan, Unit
 from sro.node.deviceplugin.config import PluginConfig
-from sro.node.deviceplugin.resources import ResourcePlan, Unit
 
 
 class HealthBoard:

@@ -23,7 +23,7 @@ from sro.api.recipes import Recipe
 from sro.api.yamltext import load_yaml_file
 from sro.devices.health import HealthTracker
 from sro.devices.model import Backend, HealthEvent, Inventory
-from sro.node.deviceplugin import drivermounts, resources
+from sro.node.deviceplugin import announcing, drivermounts
 from sro.node.deviceplugin.config import ConfigError, PluginConfig, default_config, parse_config
 from sro.node.deviceplugin.core import HealthBoard, ResourceCore
 from sro.node.deviceplugin.server import KUBELET_SOCKET, PluginServer, RegistrationError, register
@@ -124,7 +124,7 @@ class Plugin:
         try:
             config = load_config(self.config_path, self.recipe, self.resource_override)
             inv = self.backend.inventory()
-            plans = resources.plan(inv, config)
+            plans = announcing.plan(inv, config)
         except ConfigError as e:
             self._log_problem(f"configuration rejected (keeping the previous one): {e}")
             return False

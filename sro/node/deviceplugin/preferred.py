@@ -19,7 +19,7 @@ import itertools
 import math
 from collections.abc import Sequence
 
-from sro.node.deviceplugin.resources import Announced, ResourcePlan
+from sro.node.deviceplugin.announcing import Announced, ResourcePlan
 
 EXHAUSTIVE_LIMIT = 5000
 

@@ -2,7 +2,7 @@
 
 Layout: `podresources.proto` + generated modules (`python -m sro.node.protogen` regenerates/checks them) and
 `podresources` (the kubelet's `List`); pure logic in `attribution` (which container holds which
-device), `nodefacts` (allocatable, stack state), `config` (health policy) and `rendering` (the
+device), `nodefacts` (allocatable, stack state), `config` (health policy) and `exposition` (the
 exposition text); `collecting` asks the sources every interval into an immutable snapshot;
 `serving` hands out its bytes; `commands` is the CLI. Readings come from `sro.devices.telemetry`
 (NVML, or the simulated model `sro.devices.simreadings`), health from `sro.devices.health`.

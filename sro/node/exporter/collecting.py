@@ -35,10 +35,10 @@ from sro.devices.health import HealthPolicy, HealthTracker
 from sro.devices.model import Backend, DeviceUUID, HealthEvent, Inventory
 from sro.devices.telemetry import Readings, Telemetry
 from sro.node.exporter import config as exporter_config
-from sro.node.exporter import rendering
+from sro.node.exporter import exposition
 from sro.node.exporter.attribution import Assignment, Attribution, attribute
+from sro.node.exporter.exposition import Collected
 from sro.node.exporter.nodefacts import NodeFacts
-from sro.node.exporter.rendering import Collected
 
 log = logging.getLogger(__name__)
 
@@ -295,7 +295,7 @@ class Collector:
                 duration=self.clock() - start,
             )
             snap = Snapshot(
-                rendering.render(collected).encode(), collected, self.snapshot.number + 1, time.monotonic()
+                exposition.render(collected).encode(), collected, self.snapshot.number + 1, time.monotonic()
             )
             self.snapshot = snap
         with self._done:

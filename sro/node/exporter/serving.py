@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from sro.node.exporter.rendering import CONTENT_TYPE
+from sro.node.exporter.exposition import CONTENT_TYPE
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ import pytest
 
 from sro.api.recipes import NVIDIA_GPU, SIMULATED_GPU
 from sro.devices import simconfig
+from sro.node.deviceplugin.announcing import plan
 from sro.node.deviceplugin.config import ConfigError, parse_config
-from sro.node.deviceplugin.resources import plan
 
 FOUR = simconfig.parse({"count": 4, "numaNodes": [0, 0, 1, 1]})
 MIXED = simconfig.parse(

@@ -37,6 +37,8 @@ from typing import Any, Final
 import yaml
 
 from sro.api.names import GROUP, IMAGE, KIND, NAMESPACE, PLURAL
+from sro.install.objects import OPERATOR_DEPLOYMENT
+from sro.install.objects import objects as install_objects
 from sro.install.scc import operator_rules
 from sro.openshift.catalog import (
     DESCRIPTION,
@@ -51,7 +53,6 @@ PACKAGE: Final = "sro"
 CHANNEL: Final = "alpha"
 CSV_API_VERSION: Final = "operators.coreos.com/v1alpha1"
 CSV_KIND: Final = "ClusterServiceVersion"
-OPERATOR_DEPLOYMENT: Final = "sro-operator"
 OPERATOR_ACCOUNT: Final = "sro-operator"
 BOOTSTRAP_SCC: Final = "nonroot-v2"  # OpenShift's built-in SCC for a fixed non-root uid (4.11+)
 MIN_KUBE_VERSION: Final = "1.20.0"
@@ -202,8 +203,6 @@ def generate(
             f"--default-channel {default_channel!r} is not one of the channels {list(channels)}"
         )
     if objects is None:
-        from sro.install.objects import objects as install_objects
-
         objects = install_objects(NAMESPACE, image, "IfNotPresent")
     objs = [dict(o) for o in objects]
     namespaced, cluster = _bound_rules(objs)

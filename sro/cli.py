@@ -38,15 +38,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Remove every SpecialResource (finalizers run), then all that install put there.",
     ),
     "operator": (
-        "sro.operator.command:operator",
+        "sro.operator.commands:operator",
         "Run the special resource operator (what `sro install` deploys).",
     ),
     "status": (
-        "sro.operator.status_command:status",
+        "sro.operator.commands:status",
         "SpecialResources and where each node stands, as tables.",
     ),
     "upgrade": (
-        "sro.operator.upgrade_command:upgrade",
+        "sro.operator.commands:upgrade",
         "Driver upgrades: status, pause, resume, retry a failed node.",
     ),
     "report": (

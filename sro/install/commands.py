@@ -42,7 +42,7 @@ class WaitTimeout(RuntimeError):
 
 def steps(title: str) -> AbstractContextManager[Progress]:
     """Progress for install steps; an API, install or wait error ends the command in one line."""
-    from sro.kube.applying import KubeError
+    from sro.kube.errors import KubeError
 
     return progress.steps(console, title, (KubeError, InstallError, WaitTimeout))
 
@@ -313,7 +313,7 @@ def _nfd_crds_to_keep(client: Any) -> dict[str, str]:
     """NFD's CRDs hold the admin's NodeFeatureRules (and NFD itself may be back one day): while any
     rule exists, deleting them would delete the rules, so they stay (name -> why)."""
     from sro.api.nfd_crds import nfd_crds
-    from sro.kube.applying import KubeError
+    from sro.kube.errors import KubeError
     from sro.kube.nodefeatures import rule_names
 
     try:

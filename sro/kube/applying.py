@@ -18,32 +18,20 @@ import httpx
 from lightkube import ApiError, Client
 from lightkube.core.resource import NamespacedResource
 from lightkube.core.resource_registry import resource_registry
-from lightkube.generic_resource import create_global_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
-from sro.api.names import FIELD_MANAGER, GROUP, KIND, PLURAL, VERSION
-from sro.kube.client import describe_error
-
-SpecialResource = create_global_resource(GROUP, VERSION, KIND, PLURAL)
-Errors = (ApiError, httpx.HTTPError, OSError)
-
-
-class KubeError(RuntimeError):
-    """The API server refused or could not be reached; the message names the object."""
+from sro.api.names import FIELD_MANAGER
+from sro.kube.client import as_dict
+from sro.kube.errors import Errors, KubeError, describe_error, status_code
+from sro.kube.resources import SpecialResource
 
 
 def _what(obj: Mapping[str, Any]) -> str:
     md = obj.get("metadata") or {}
     ns = md.get("namespace")
     return f"{obj.get('kind')} {ns + '/' if ns else ''}{md.get('name')}"
-
-
-def _code(e: Exception) -> int:
-    if isinstance(e, httpx.HTTPStatusError):  # lightkube's list raises these as they are
-        return e.response.status_code
-    return int(getattr(getattr(e, "status", None), "code", 0) or 0)
 
 
 def _error(action: str, what: str, e: Exception) -> KubeError:
@@ -54,10 +42,6 @@ def _error(action: str, what: str, e: Exception) -> KubeError:
     if isinstance(e, httpx.HTTPStatusError):
         return KubeError(f"{action} {what}: {e.response.status_code} {e.response.reason_phrase}")
     return KubeError(f"{action} {what}: {describe_error(e) or f'{type(e).__name__}: {e}'}")
-
-
-def _dict(obj: Any) -> dict[str, Any]:
-    return dict(obj.to_dict() if hasattr(obj, "to_dict") else obj)
 
 
 def resource_type(obj: Mapping[str, Any]) -> Any:
@@ -89,16 +73,16 @@ def apply(client: Client, obj: Mapping[str, Any], *, dry_run: bool = False) -> d
         )
     except Errors as e:
         raise _error("apply", _what(obj), e) from e
-    return _dict(out)
+    return as_dict(out)
 
 
 def get(client: Client, obj: Mapping[str, Any]) -> dict[str, Any] | None:
     """The object as the server has it, or None when there is none."""
     res = resource_type(obj)
     try:
-        return _dict(client.get(res, obj["metadata"]["name"], namespace=_namespace(obj, res)))
+        return as_dict(client.get(res, obj["metadata"]["name"], namespace=_namespace(obj, res)))
     except Errors as e:
-        if _code(e) == 404:
+        if status_code(e) == 404:
             return None
         raise _error("read", _what(obj), e) from e
 
@@ -109,7 +93,7 @@ def delete(client: Client, obj: Mapping[str, Any]) -> bool:
     try:
         client.delete(res, obj["metadata"]["name"], namespace=_namespace(obj, res))
     except Errors as e:
-        if _code(e) == 404:
+        if status_code(e) == 404:
             return False
         raise _error("delete", _what(obj), e) from e
     return True
@@ -118,9 +102,9 @@ def delete(client: Client, obj: Mapping[str, Any]) -> bool:
 def crd_established(client: Client, name: str) -> bool:
     """True once the API server serves the CRD's resource (condition Established=True)."""
     try:
-        crd = _dict(client.get(CustomResourceDefinition, name))
+        crd = as_dict(client.get(CustomResourceDefinition, name))
     except Errors as e:
-        if _code(e) == 404:
+        if status_code(e) == 404:
             return False
         raise _error("read", f"CustomResourceDefinition {name}", e) from e
     conditions = (crd.get("status") or {}).get("conditions") or []
@@ -164,7 +148,7 @@ def _pod_problems(client: Client, namespace: str, match: Mapping[str, str]) -> s
         return ""
     selector = ",".join(f"{k}={v}" for k, v in sorted(match.items()))
     try:
-        pods = [_dict(p) for p in client.list(Pod, namespace=namespace, labels=dict(match))]
+        pods = [as_dict(p) for p in client.list(Pod, namespace=namespace, labels=dict(match))]
     except Errors as e:
         return f"pods {selector}: {_error('list', 'pods', e)}"
     problems = []
@@ -188,9 +172,9 @@ def _pod_problems(client: Client, namespace: str, match: Mapping[str, str]) -> s
 def special_resources(client: Client) -> list[dict[str, Any]]:
     """Every SpecialResource; [] when the CRD is not installed."""
     try:
-        return [_dict(o) for o in client.list(SpecialResource)]
+        return [as_dict(o) for o in client.list(SpecialResource)]
     except Errors as e:
-        if _code(e) == 404:
+        if status_code(e) == 404:
             return []
         raise _error("list", "specialresources", e) from e
 
@@ -199,7 +183,7 @@ def delete_special_resource(client: Client, name: str) -> None:
     try:
         client.delete(SpecialResource, name)
     except Errors as e:
-        if _code(e) != 404:
+        if status_code(e) != 404:
             raise _error("delete", f"SpecialResource {name}", e) from e
 
 
@@ -208,5 +192,5 @@ def drop_finalizers(client: Client, name: str) -> None:
     try:
         client.patch(SpecialResource, name, {"metadata": {"finalizers": None}}, patch_type=PatchType.MERGE)
     except Errors as e:
-        if _code(e) != 404:
+        if status_code(e) != 404:
             raise _error("patch", f"SpecialResource {name}", e) from e

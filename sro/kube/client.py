@@ -1,5 +1,5 @@
-"""One way to get a Kubernetes client, in-cluster or from a kubeconfig, and one way to say in a line
-why the API could not be used.
+"""One way to get a Kubernetes client, in-cluster or from a kubeconfig (what went wrong with the API
+is said by `sro.kube.errors`).
 
 Why lightkube: typed models for every core resource, an asyncio client and a sync one with the same
 API, server-side apply built in (`client.apply(obj, field_manager=...)`), and a small dependency tree
@@ -15,20 +15,23 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 import httpx
 import yaml
-from lightkube import ApiError, AsyncClient, Client
+from lightkube import AsyncClient, Client
 from lightkube.config import client_adapter as adapter
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.core.exceptions import ConfigError
 
 from sro.api.names import FIELD_MANAGER
 from sro.api.yamltext import yaml_error
+from sro.kube.errors import HINT, one_line
 
 IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
-HINT = 'give --kubeconfig FILE or set $KUBECONFIG (the local cluster: eval "$(sro local env)")'
+HttpClient = httpx.AsyncClient  # the bare client the reflectors and node patches take (`async_http`)
+AsyncApi = AsyncClient  # the operator's API client (`async_client`), for code that only passes it on
 
 
 class KubeConfigError(click.ClickException):
@@ -42,7 +45,7 @@ def kube_config(kubeconfig: str | os.PathLike[str] | None = None) -> KubeConfig:
         try:
             return KubeConfig.from_service_account()
         except Exception as e:
-            raise KubeConfigError(f"the pod's service account: {_one_line(e)}") from e
+            raise KubeConfigError(f"the pod's service account: {one_line(e)}") from e
     where = Path(path) if path else Path.home() / ".kube" / "config"
     if not where.exists():
         if path:
@@ -68,7 +71,7 @@ def sync_client(kubeconfig: str | os.PathLike[str] | None = None, timeout: float
     try:
         return Client(config=config, field_manager=FIELD_MANAGER, timeout=httpx.Timeout(timeout))
     except (ConfigError, OSError, ValueError) as e:  # no such context, a certificate file missing
-        raise KubeConfigError(f"kubeconfig {config.fname or 'in-cluster'}: {_one_line(e)}; {HINT}") from e
+        raise KubeConfigError(f"kubeconfig {config.fname or 'in-cluster'}: {one_line(e)}; {HINT}") from e
 
 
 def async_client(kubeconfig: str | os.PathLike[str] | None = None, timeout: float = 30) -> AsyncClient:
@@ -76,7 +79,7 @@ def async_client(kubeconfig: str | os.PathLike[str] | None = None, timeout: floa
     try:
         return AsyncClient(config=config, field_manager=FIELD_MANAGER, timeout=httpx.Timeout(timeout))
     except (ConfigError, OSError, ValueError) as e:
-        raise KubeConfigError(f"kubeconfig {config.fname or 'in-cluster'}: {_one_line(e)}; {HINT}") from e
+        raise KubeConfigError(f"kubeconfig {config.fname or 'in-cluster'}: {one_line(e)}; {HINT}") from e
 
 
 def async_http(kubeconfig: str | os.PathLike[str] | None = None, timeout: float = 30) -> httpx.AsyncClient:
@@ -89,7 +92,7 @@ def async_http(kubeconfig: str | os.PathLike[str] | None = None, timeout: float 
             raise ConfigError("no current context")
         return adapter.AsyncClient(single, adapter.ConnectionParams(timeout=httpx.Timeout(timeout)))
     except (ConfigError, OSError, ValueError) as e:
-        raise KubeConfigError(f"kubeconfig {config.fname or 'in-cluster'}: {_one_line(e)}; {HINT}") from e
+        raise KubeConfigError(f"kubeconfig {config.fname or 'in-cluster'}: {one_line(e)}; {HINT}") from e
 
 
 def request_kind(method: str, path: str, watch: bool) -> tuple[str, str]:
@@ -124,25 +127,6 @@ def lightkube_http(client: AsyncClient) -> httpx.AsyncClient:
     return http
 
 
-def describe_error(e: BaseException) -> str | None:
-    """One line for an error of the API (config, connection, refusal), or None for any other error."""
-    if isinstance(e, ConfigError):
-        return f"kubeconfig: {_one_line(e)}; {HINT}"
-    if isinstance(e, ApiError):
-        status = e.status
-        return f"the API server refused: {status.code} {status.reason or ''}: {status.message or ''}"
-    if isinstance(e, httpx.HTTPStatusError):
-        return f"{e.request.url}: {e.response.status_code} {e.response.reason_phrase}"
-    if isinstance(e, httpx.HTTPError):
-        try:
-            url = e.request.url
-            where = f"{url.scheme}://{url.host}:{url.port or ''}"
-        except RuntimeError:  # no request attached
-            where = "(unknown)"
-        why = _one_line(e) or type(e).__name__
-        return f"API server {where} unreachable ({why}); is the cluster up? (--kubeconfig, $KUBECONFIG)"
-    return None
-
-
-def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split())
+def as_dict(obj: Any) -> dict[str, Any]:
+    """A lightkube model (or a dict already) as the plain JSON dict of the object."""
+    return dict(obj.to_dict() if hasattr(obj, "to_dict") else obj)

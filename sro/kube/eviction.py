@@ -21,7 +21,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
-from lightkube import ApiError, AsyncClient, codecs
+from lightkube import AsyncClient, codecs
+
+from sro.kube.client import lightkube_http
+from sro.kube.errors import Errors
 
 log = logging.getLogger(__name__)
 
@@ -34,12 +37,6 @@ COMPONENT = "sro-operator"
 class EvictionResult:
     done: bool  # the pod is being evicted (or is gone already)
     message: str = ""  # why not: the API server's words (a PodDisruptionBudget, for one)
-
-
-def _http(client: AsyncClient) -> httpx.AsyncClient:
-    inner: Any = client._client
-    http: httpx.AsyncClient = inner._client
-    return http
 
 
 def version_from_discovery(doc: dict[str, Any]) -> str:
@@ -60,7 +57,7 @@ class Evictor:
 
     async def api_version(self) -> str:
         if not self.version:
-            resp = await _http(self.client).get("/api/v1")
+            resp = await lightkube_http(self.client).get("/api/v1")
             resp.raise_for_status()
             self.version = version_from_discovery(resp.json())
             log.info("evicting pods with %s Eviction", self.version)
@@ -73,7 +70,7 @@ class Evictor:
                 "kind": "Eviction",
                 "metadata": {"name": name, "namespace": namespace},
             }
-            resp = await _http(self.client).post(
+            resp = await lightkube_http(self.client).post(
                 f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", json=body
             )
         except httpx.HTTPError as e:
@@ -117,5 +114,5 @@ async def post_event(
     }
     try:
         await client.create(codecs.from_dict(body))
-    except (ApiError, httpx.HTTPError) as e:
+    except Errors as e:
         log.warning("could not post event %s on %s %s: %s", reason, kind, name, e)

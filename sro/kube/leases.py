@@ -16,15 +16,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import httpx
 from lightkube import ApiError, AsyncClient, codecs
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.types import PatchType
 
-from sro.kube.client import describe_error
+from sro.kube.errors import Errors, describe_error
 
 log = logging.getLogger(__name__)
-Errors = (ApiError, httpx.HTTPError, OSError)
 
 
 def _now() -> datetime:

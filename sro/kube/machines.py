@@ -18,7 +18,8 @@ from lightkube.core.resource_registry import resource_registry
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 
 from sro.api.names import MANAGED_BY_LABEL, MANAGED_BY_VALUE
-from sro.kube.applying import KubeError, apply, delete, get
+from sro.kube.applying import apply, delete, get
+from sro.kube.errors import KubeError
 
 CLUSTER_SCOPED: Final = frozenset({"ClusterAutoscaler"})
 SHARED: Final = frozenset({"ClusterAutoscaler"})

@@ -1,4 +1,5 @@
-"""Reading and patching one Node's labels and annotations.
+"""Reading and patching one Node: its labels and annotations (the node agents, `NodeLabels`), and any
+merge patch of it as raw JSON (the operator's watch-fed cache, `get_node_json`/`patch_node_json`).
 
 Why a JSON merge patch carrying the resourceVersion: a node agent changes only the keys it owns,
 and the resourceVersion makes the API server refuse the patch (409) if anyone changed the Node
@@ -8,6 +9,7 @@ the caller re-reads and re-plans. `None` as a value removes the key.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +18,8 @@ import httpx
 from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
+
+from sro.kube.errors import Errors
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,7 @@ class NodeLabels:
     def read(self, name: str) -> NodeMeta:
         try:
             return _meta(self.client.get(Node, name=name))
-        except (ApiError, httpx.HTTPError, OSError) as e:
+        except Errors as e:
             raise _wrap("read", name, e) from e
 
     def patch(
@@ -88,6 +92,33 @@ class NodeLabels:
             metadata["resourceVersion"] = resource_version
         try:
             node = self.client.patch(Node, name, {"metadata": metadata}, patch_type=PatchType.MERGE)
-        except (ApiError, httpx.HTTPError, OSError) as e:
+        except Errors as e:
             raise _wrap("patch", name, e) from e
         return _meta(node)
+
+
+async def get_node_json(http: httpx.AsyncClient, name: str) -> dict[str, Any] | None:
+    """The Node as the API server has it now (None: gone); any other refusal raises."""
+    resp = await http.get(f"/api/v1/nodes/{name}")
+    if resp.status_code == 404:
+        return None
+    resp.raise_for_status()
+    doc: dict[str, Any] = resp.json()
+    return doc
+
+
+async def patch_node_json(
+    http: httpx.AsyncClient, name: str, body: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """A merge patch of a Node; the Node as the answer has it (None: the node is gone). Any other
+    refusal raises (`409`: it changed since the resourceVersion in `body`; re-plan)."""
+    resp = await http.patch(
+        f"/api/v1/nodes/{name}",
+        content=json.dumps(body),
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    if resp.status_code == 404:
+        return None
+    resp.raise_for_status()
+    doc: dict[str, Any] = resp.json()
+    return doc

@@ -2,9 +2,9 @@
 
 Why CRDs for detection: every OpenShift 4 serves `config.openshift.io` (and `security.openshift.io`)
 from CustomResourceDefinitions, so "is the group served" is one `get` of its CRD, which the operator
-may already do (it reads CRDs for kopf) and the installer can do before it creates anything. The
-generic resources below register SecurityContextConstraints and ClusterOperator with lightkube, so
-`sro.kube.applying` can apply and delete them like any other kind once this module is imported.
+may already do (it reads CRDs for kopf) and the installer can do before it creates anything.
+SecurityContextConstraints and ClusterOperator are registered with lightkube in `sro.kube.resources`,
+so `sro.kube.applying` applies and deletes them like any other kind.
 """
 
 from __future__ import annotations
@@ -12,43 +12,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import httpx
 from lightkube import ApiError, AsyncClient, Client
-from lightkube.generic_resource import create_global_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.types import PatchType
 
-from sro.api.names import FIELD_MANAGER, GROUP, KIND, PLURAL, VERSION
-from sro.api.openshift import (
-    CLUSTER_OPERATOR_KIND,
-    CLUSTER_OPERATOR_PLURAL,
-    CONFIG_GROUP,
-    CONFIG_VERSION,
-    GROUP_CRDS,
-    OPENSHIFT_CRD,
-    REQUIRED_GROUPS,
-    SCC_GROUP,
-    SCC_KIND,
-    SCC_PLURAL,
-    SCC_VERSION,
-)
-
-SecurityContextConstraints = create_global_resource(SCC_GROUP, SCC_VERSION, SCC_KIND, SCC_PLURAL)
-ClusterOperator = create_global_resource(
-    CONFIG_GROUP, CONFIG_VERSION, CLUSTER_OPERATOR_KIND, CLUSTER_OPERATOR_PLURAL
-)
-SpecialResource = create_global_resource(GROUP, VERSION, KIND, PLURAL)
-Errors = (ApiError, httpx.HTTPError)
-
-
-def _code(e: Exception) -> int:
-    if isinstance(e, httpx.HTTPStatusError):
-        return e.response.status_code
-    return int(getattr(getattr(e, "status", None), "code", 0) or 0)
-
-
-def _dict(obj: Any) -> dict[str, Any]:
-    return dict(obj.to_dict() if hasattr(obj, "to_dict") else obj)
+from sro.api.names import FIELD_MANAGER
+from sro.api.openshift import GROUP_CRDS, OPENSHIFT_CRD, REQUIRED_GROUPS
+from sro.kube.client import as_dict
+from sro.kube.errors import Errors, refusal, status_code
+from sro.kube.resources import ClusterOperator, SpecialResource
 
 
 def missing_groups(client: Client) -> list[str]:
@@ -58,7 +30,7 @@ def missing_groups(client: Client) -> list[str]:
         try:
             client.get(CustomResourceDefinition, GROUP_CRDS[group])
         except ApiError as e:
-            if _code(e) != 404:
+            if status_code(e) != 404:
                 raise
             missing.append(group)
     return missing
@@ -68,12 +40,6 @@ def _what(obj: Mapping[str, Any]) -> str:
     md = obj.get("metadata") or {}
     ns = md.get("namespace")
     return f"{obj.get('kind')} {ns + '/' if ns else ''}{md.get('name')}"
-
-
-def _error(e: Exception) -> str:
-    if isinstance(e, ApiError):
-        return f"{e.status.code} {e.status.reason or ''}: {e.status.message or ''}".strip()
-    return f"{type(e).__name__}: {e}"
 
 
 class OpenShiftIO:
@@ -86,7 +52,7 @@ class OpenShiftIO:
         try:
             await self.client.get(CustomResourceDefinition, OPENSHIFT_CRD)
         except ApiError as e:
-            if _code(e) == 404:
+            if status_code(e) == 404:
                 return False
             raise
         return True
@@ -110,17 +76,17 @@ class OpenShiftIO:
                     force=True,
                 )
             except Errors as e:
-                problems.append(f"apply {_what(obj)}: {_error(e)}")
+                problems.append(f"apply {_what(obj)}: {refusal(e)}")
         return problems
 
     async def special_resources(self) -> list[dict[str, Any]]:
-        return [_dict(o) async for o in self.client.list(SpecialResource)]
+        return [as_dict(o) async for o in self.client.list(SpecialResource)]
 
     async def cluster_operator(self, name: str) -> dict[str, Any] | None:
         try:
-            return _dict(await self.client.get(ClusterOperator, name))
+            return as_dict(await self.client.get(ClusterOperator, name))
         except ApiError as e:
-            if _code(e) == 404:
+            if status_code(e) == 404:
                 return None
             raise
 
@@ -136,5 +102,5 @@ class OpenShiftIO:
                 ClusterOperator.Status, name, {"status": dict(status)}, patch_type=PatchType.MERGE
             )
         except Errors as e:
-            return f"write ClusterOperator {name}: {_error(e)}"
+            return f"write ClusterOperator {name}: {refusal(e)}"
         return None

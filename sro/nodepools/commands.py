@@ -99,7 +99,7 @@ def create(
     except NodepoolError as e:
         _refuse(str(e))
 
-    from sro.kube.applying import KubeError
+    from sro.kube.errors import KubeError
 
     client: Any = None
     try:
@@ -140,7 +140,7 @@ def _load_file(path: Path) -> list[Any]:
 
 
 def _apply(pool: Pool, client: Any) -> None:
-    from sro.kube.applying import KubeError
+    from sro.kube.errors import KubeError
     from sro.kube.client import sync_client
     from sro.kube.machines import apply_all, read
 

@@ -21,12 +21,13 @@ from typing import Any
 import kopf
 
 from sro.api.names import GROUP, PLURAL, READY, SPECIALRESOURCE_LABEL, VERSION
-from sro.api.recipes import BUILTIN
-from sro.operator import metrics
+from sro.operator import metrics, teardown
 from sro.operator.cluster.specialresources import SpecialResourceIO
 from sro.operator.nodewatch import NodeWatch
-from sro.operator.observed import SpecialResourceInfo
-from sro.operator.reconcile import Plan, reconcile
+from sro.operator.observed import SpecialResourceInfo, sr_from_json
+from sro.operator.plan import Plan
+from sro.operator.reconcile import reconcile
+from sro.operator.wakeloop import WakeLoop
 
 log = logging.getLogger("sro.operator")
 FINALIZER = f"{GROUP}/finalizer"
@@ -61,7 +62,7 @@ class Operator:
         self.wake: dict[str, asyncio.Event] = {}
         self.nodes = NodeWatch()
         self._generations: dict[str, int] = {}
-        io.cache.nodes.listeners.append(self.node_event)
+        io.cache.nodes.listeners.append(self.nodes.waking(self.poke))
         io.cache.pods.listeners.append(self.pod_event)
 
     def generation_changed(self, name: str, generation: int) -> bool:
@@ -104,11 +105,6 @@ class Operator:
             metrics.ERRORS.labels(name).inc()
             return 3.0
         return plan.requeue
-
-    def node_event(self, kind: str, body: Mapping[str, Any] | None) -> None:
-        """Only what the reconcile reads of a node (and nodes coming and going) wakes a pass."""
-        if body is None or self.nodes.changed(body, deleted=kind == "DELETED"):
-            self.poke()
 
     def pod_event(self, kind: str, body: Mapping[str, Any] | None) -> None:
         """A pod of a SpecialResource changed: wake that SpecialResource's pass (all after a fresh list)."""
@@ -164,36 +160,26 @@ def build_registry(op: Operator) -> kopf.OperatorRegistry:
 
     @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, cancellation_backoff=3, cancellation_timeout=10)
     async def walk_states(name: str, stopped: kopf.DaemonStopped, **_: Any) -> None:
-        event = op.event_for(name)
         log.info("%s: watching", name)
-        loop = asyncio.get_running_loop()
-        while not stopped:
-            event.clear()  # before the pass: what changes during it wakes the next one
-            started = loop.time()
-            try:
-                wait = await op.run_pass(name)
-            except Exception as e:  # a pass must never kill the daemon: log, count, retry
-                log.exception("%s: reconcile pass failed: %s", name, e)
-                metrics.ERRORS.labels(name).inc()
-                wait = 5.0
-            waiters: set[asyncio.Future[Any]] = {
-                asyncio.ensure_future(event.wait()),
-                asyncio.ensure_future(stopped.wait()),
-            }
-            _done, pending = await asyncio.wait(waiters, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
-            for w in pending:
-                w.cancel()
-            # passes start at least MIN_PASS_INTERVAL apart: a burst of events makes one more
-            # pass, not one each, while a single change after a quiet spell is acted on at once
-            await asyncio.sleep(max(0.0, MIN_PASS_INTERVAL - (loop.time() - started)))
+        passes = WakeLoop(
+            lambda: op.run_pass(name),
+            what=f"{name}: reconcile pass",
+            log=log,
+            retry=5.0,
+            spacing=MIN_PASS_INTERVAL,
+            on_failure=metrics.ERRORS.labels(name).inc,
+            wake=op.event_for(name),
+        )
+        await passes.run(stopped)
         op.wake.pop(name, None)
 
     @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry)
-    async def remove(name: str, spec: Mapping[str, Any], status: Mapping[str, Any], **_: Any) -> None:
+    async def remove(name: str, body: kopf.Body, **_: Any) -> None:
         log.info("%s: deleted; removing its DaemonSets, pods, node labels and taints", name)
-        recipe = BUILTIN.get(str(spec.get("recipe", "")))
-        resource = str(status.get("resource") or (recipe.resource if recipe else "")) or None
-        problems = await op.io.remove_all(name, resource)
+        sr = sr_from_json(body)
+        remains = await op.io.remains(name)
+        problems = await op.io.carry_out(sr, teardown.plan(sr, remains), remains.owned)
+        problems += await op.io.pods_gone(name)
         if problems:
             raise kopf.TemporaryError(f"cleanup not finished: {'; '.join(problems)}", delay=5)
         metrics.forget(name)

@@ -1,10 +1,10 @@
 """kopf glue for NodeFeatureRules: events wake one loop that runs the pure step over the whole cluster.
 
-Thin on purpose: a pass is `observe` (sro/kube/nodefeatures) → `plan` (sro/operator/nodefeaturerules,
-pure) → a metadata patch, then a capacity patch, per node that changes. Any NodeFeatureRule or
+Thin on purpose: a pass is `observe` (sro/operator/cluster/nfdrules) → `plan`
+(sro/operator/nodefeaturerules, pure) → a metadata patch, then a capacity patch, per node that changes. Any NodeFeatureRule or
 NodeFeature event (in the operator's namespace; kopf watches namespaced kinds there only) and any
 change of a node's labels, annotations, taints or capacity wakes the loop; a burst makes one pass
-(`DEBOUNCE`), and a full pass runs every `RESYNC` seconds anyway, which catches NodeFeatures other
+(passes start `DEBOUNCE` apart at the least, `sro.operator.wakeloop`), and a full pass runs every `RESYNC` seconds anyway, which catches NodeFeatures other
 vendors write in their own namespaces. When the NFD CRDs are not installed the loop says so once and
 looks again every `RESYNC` seconds, changing nothing. A bad rule is logged once (and posted as a
 warning event on its NodeFeatureRule) naming the object and the field; it is skipped and every other
@@ -14,7 +14,6 @@ rule applies. A node whose patch fails (or conflicts) is retried on the next pas
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -22,9 +21,12 @@ from typing import Any
 import kopf
 
 from sro.api.nfd_crds import NFD_GROUP, NFD_VERSION, NODE_FEATURE_RULES, NODE_FEATURES
+from sro.kube.objects import AsyncObjects
 from sro.operator.cluster.cache import ClusterCache
-from sro.kube.nodefeatures import CrdMissing, NodeFeatureRuleIO
+from sro.operator.cluster.nfdrules import CrdMissing, NodeFeatureRuleIO
 from sro.operator.nodefeaturerules import NodeChange, parse_rule_object, plan
+from sro.operator.nodewatch import NodeWatch, rules_view
+from sro.operator.wakeloop import WakeLoop, run_alongside
 
 log = logging.getLogger("sro.operator.nodefeaturerules")
 DEBOUNCE = 0.5
@@ -47,14 +49,15 @@ class NodeFeatureRuleLoop:
 
     def __init__(self, io: NodeFeatureRuleIO) -> None:
         self.io = io
-        self.wake = asyncio.Event()
-        self.task: asyncio.Task[None] | None = None
+        self.passes = WakeLoop(
+            self.run_pass, what="NodeFeatureRule pass", log=log, retry=RETRY, spacing=DEBOUNCE
+        )
+        self.nodes = NodeWatch(rules_view)
         self._said: set[str] = set()  # problems already logged (said once while they last)
         self._crds_missing = False
-        self._node_seen: dict[str, int] = {}
 
     def poke(self) -> None:
-        self.wake.set()
+        self.passes.poke()
 
     def _say(self, messages: list[str]) -> None:
         for m in messages:
@@ -103,62 +106,20 @@ class NodeFeatureRuleLoop:
         self._say(said)
         return wait
 
-    async def run(self) -> None:
-        while True:
-            self.wake.clear()  # before the pass: an event during it makes another one
-            try:
-                wait = await self.run_pass()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # a pass must never end the loop: log, retry
-                log.exception("NodeFeatureRule pass failed: %s", e)
-                wait = RETRY
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), timeout=wait)
-            await asyncio.sleep(DEBOUNCE)  # a burst of events makes one pass
-
     def node_changed(self, body: Mapping[str, Any], deleted: bool) -> bool:
         """Only what the step reads or writes matters: labels, annotations, taints, capacity."""
-        md = body.get("metadata") or {}
-        name = md.get("name", "")
-        if deleted:
-            self._node_seen.pop(name, None)
-            return True
-        key = hash(
-            (
-                tuple(sorted((md.get("labels") or {}).items())),
-                tuple(sorted((md.get("annotations") or {}).items())),
-                repr((body.get("spec") or {}).get("taints")),
-                tuple(sorted(((body.get("status") or {}).get("capacity") or {}).items())),
-            )
-        )
-        if self._node_seen.get(name) == key:
-            return False
-        self._node_seen[name] = key
-        return True
+        return self.nodes.changed(body, deleted)
 
 
-def register(registry: kopf.OperatorRegistry, client: Any, cache: ClusterCache) -> kopf.OperatorRegistry:
+def register(
+    registry: kopf.OperatorRegistry, objects: AsyncObjects, cache: ClusterCache
+) -> kopf.OperatorRegistry:
     """Add the NodeFeatureRule step's handlers to the operator's registry (and return it); its nodes
     and their events come from the operator's cache."""
-    loop = NodeFeatureRuleLoop(NodeFeatureRuleIO(client, cache))
+    loop = NodeFeatureRuleLoop(NodeFeatureRuleIO(objects, cache))
+    cache.nodes.listeners.append(loop.nodes.waking(loop.poke))
 
-    def node_event(kind: str, body: Mapping[str, Any] | None) -> None:
-        if body is None or loop.node_changed(body, deleted=kind == "DELETED"):
-            loop.poke()
-
-    cache.nodes.listeners.append(node_event)
-
-    @kopf.on.startup(registry=registry)
-    async def start_nodefeaturerules(**_: Any) -> None:
-        loop.task = asyncio.create_task(loop.run())
-
-    @kopf.on.cleanup(registry=registry)
-    async def stop_nodefeaturerules(**_: Any) -> None:
-        if loop.task is not None:
-            loop.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await loop.task
+    run_alongside(registry, loop.passes, "nodefeaturerules")
 
     @kopf.on.event(NFD_GROUP, NFD_VERSION, NODE_FEATURE_RULES, registry=registry)
     async def nodefeaturerule_event(body: kopf.Body, type: str | None, **_: Any) -> None:
@@ -195,7 +156,7 @@ def main() -> None:
 
         cache = ClusterCache(async_http(), "default")  # its pods are not read; its nodes are
         watching = asyncio.create_task(cache.run())
-        register(registry, async_client(), cache)
+        register(registry, AsyncObjects(async_client()), cache)
         try:
             await kopf.operator(registry=registry, standalone=True, clusterwide=True)
         finally:

@@ -35,30 +35,7 @@ from sro.nfd.ownership import (
     decode_owned,
 )
 from sro.nfd.rules import Rule, parse_rules
-
-
-@dataclass(frozen=True)
-class NodeState:
-    """The parts of a Node this step reads."""
-
-    name: str
-    labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    taints: tuple[Mapping[str, Any], ...] = ()
-    capacity: Mapping[str, str] = field(default_factory=dict)
-    resource_version: str = ""
-
-
-def node_state(doc: Mapping[str, Any]) -> NodeState:
-    md, spec, status = doc.get("metadata") or {}, doc.get("spec") or {}, doc.get("status") or {}
-    return NodeState(
-        name=md.get("name", ""),
-        labels=dict(md.get("labels") or {}),
-        annotations=dict(md.get("annotations") or {}),
-        taints=tuple(dict(t) for t in spec.get("taints") or []),
-        capacity={k: str(v) for k, v in (status.get("capacity") or {}).items()},
-        resource_version=md.get("resourceVersion") or "",
-    )
+from sro.operator.observed import NodeInfo
 
 
 @dataclass(frozen=True)
@@ -143,7 +120,7 @@ def _taint_id(t: Mapping[str, Any]) -> TaintId:
     return (str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
 
 
-def plan_node(node: NodeState, inputs: Inputs, rule_objects: Sequence[RuleObject]) -> NodeChange:
+def plan_node(node: NodeInfo, inputs: Inputs, rule_objects: Sequence[RuleObject]) -> NodeChange:
     """What to change on `node` so that it carries exactly what the rules and NodeFeatures ask for,
     within what this step owns (pure)."""
     out = evaluate(inputs.features.get(node.name), rule_objects)
@@ -259,7 +236,7 @@ def plan_node(node: NodeState, inputs: Inputs, rule_objects: Sequence[RuleObject
 
 
 def plan(
-    nodes: Sequence[NodeState],
+    nodes: Sequence[NodeInfo],
     node_features: Iterable[Mapping[str, Any]],
     rule_docs: Iterable[Mapping[str, Any]],
 ) -> tuple[list[NodeChange], list[Problem]]:

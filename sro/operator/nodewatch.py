@@ -1,20 +1,22 @@
-"""Which Node changes wake the operator: only those a reconcile could decide differently on.
+"""Which Node changes wake an operator job: only those it could decide differently on.
 
 Why: a kubelet writes its Node every few seconds (status, heartbeats, images) and at a thousand nodes
 that is hundreds of events a second; waking a pass for each would keep the operator busy re-reading
-a cluster that did not change for it. What a pass reads of a Node is its labels (selection, the NFD
-kernel and OS labels, the recipe's device count, the operator's own labels), sro's annotations, its
-taints, whether it is cordoned and whether it is Ready (not the heartbeat times), so only those are
-compared: a node that appears or goes, or one whose view changed, wakes; anything else is ignored.
-Pure, so it is unit-tested on recorded events.
+a cluster that did not change for it. Each job says what it reads of a Node (a `view`), and a
+`NodeWatch` compares only that: a node that appears or goes, or one whose view changed, wakes;
+anything else is ignored. Two views: what a SpecialResource's reconcile reads (`reconcile_view`: its
+labels under the watched prefixes or named by a selector, sro's annotations, taints, cordon, Ready —
+not the heartbeat times) and what the NodeFeatureRule step reads and writes (`rules_view`: labels,
+annotations, taints, capacity). Pure, so it is unit-tested on recorded events.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from sro.api.names import NFD_PREFIX, PREFIX
+from sro.kube.reflector import Listener
 from sro.operator.observed import node_ready
 
 # Label prefixes a reconcile always reads: sro's own (state labels, upgrade, opt-in, simulated device
@@ -23,8 +25,8 @@ WATCHED_PREFIXES = (PREFIX, NFD_PREFIX, "nvidia.com/")
 View = tuple[Any, ...]
 
 
-def view(body: Mapping[str, Any], keys: frozenset[str] = frozenset()) -> View:
-    """What of a Node the operator acts on: labels under the watched prefixes or named in `keys`
+def reconcile_view(body: Mapping[str, Any], keys: frozenset[str] = frozenset()) -> View:
+    """What of a Node a reconcile acts on: labels under the watched prefixes or named in `keys`
     (SpecialResources' node selectors, custom recipes' labels), sro's annotations, taints, cordon,
     Ready."""
     md = body.get("metadata") or {}
@@ -40,10 +42,22 @@ def view(body: Mapping[str, Any], keys: frozenset[str] = frozenset()) -> View:
     )
 
 
-class NodeWatch:
-    """The last view of every node; `changed` says whether an event is worth a reconcile pass."""
+def rules_view(body: Mapping[str, Any], keys: frozenset[str] = frozenset()) -> View:
+    """What the NodeFeatureRule step reads or writes of a Node: labels, annotations, taints, capacity."""
+    md = body.get("metadata") or {}
+    return (
+        tuple(sorted((md.get("labels") or {}).items())),
+        tuple(sorted((md.get("annotations") or {}).items())),
+        repr((body.get("spec") or {}).get("taints")),
+        tuple(sorted(((body.get("status") or {}).get("capacity") or {}).items())),
+    )
 
-    def __init__(self) -> None:
+
+class NodeWatch:
+    """The last view of every node; `changed` says whether an event is worth a pass."""
+
+    def __init__(self, view: Callable[[Mapping[str, Any], frozenset[str]], View] = reconcile_view) -> None:
+        self.view = view
         self._seen: dict[str, int] = {}
         self._keys: dict[str, frozenset[str]] = {}  # per SpecialResource: label keys its passes read
         self.keys: frozenset[str] = frozenset()
@@ -62,8 +76,18 @@ class NodeWatch:
         if deleted:
             self._seen.pop(name, None)
             return True
-        key = hash(view(body, self.keys))
+        key = hash(self.view(body, self.keys))
         if self._seen.get(name) == key:
             return False
         self._seen[name] = key
         return True
+
+    def waking(self, poke: Callable[[], None]) -> Listener:
+        """A listener for the cache's node reflector: `poke` on a change this watch cares about (and
+        after a fresh list, which comes with no object)."""
+
+        def listener(kind: str, body: Mapping[str, Any] | None) -> None:
+            if body is None or self.changed(body, deleted=kind == "DELETED"):
+                poke()
+
+        return listener

@@ -5,7 +5,8 @@ Why a loop of its own: neither job belongs to one SpecialResource. On a cluster 
 the operands (`sro.install.scc.grant_objects`: an OLM bundle or a plain `deploy/` carries no SCCs),
 then folds every SpecialResource's conditions into the ClusterOperator `sro`
 (`sro.openshift.clusteroperator`), written only when it changes. A SpecialResource event wakes it
-(its status changed), so the ClusterOperator follows within a second; it looks again every `RESYNC`
+(its status changed), so the ClusterOperator follows within a second (passes start `DEBOUNCE` apart
+at the least, `sro.operator.wakeloop`); it looks again every `RESYNC`
 seconds anyway, and then re-applies the grants (someone may have deleted one). Where the cluster is
 not OpenShift it does nothing but look again every `RESYNC` seconds. A refusal (the operator lacks
 the rights of deploy/openshift/) is logged once with what to do; the rest goes on.
@@ -13,8 +14,6 @@ the rights of deploy/openshift/) is logged once with what to do; the rest goes o
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from typing import Any
@@ -27,6 +26,7 @@ from sro.api.openshift import CLUSTER_OPERATOR_NAME
 from sro.install import scc
 from sro.kube.openshift import OpenShiftIO
 from sro.openshift.clusteroperator import summary
+from sro.operator.wakeloop import WakeLoop, run_alongside
 
 log = logging.getLogger("sro.operator.openshift")
 DEBOUNCE = 1.0
@@ -42,14 +42,13 @@ class OpenShiftLoop:
     def __init__(self, io: OpenShiftIO, namespace: str) -> None:
         self.io = io
         self.namespace = namespace
-        self.wake = asyncio.Event()
-        self.task: asyncio.Task[None] | None = None
+        self.passes = WakeLoop(self.run_pass, what="OpenShift pass", log=log, retry=RETRY, spacing=DEBOUNCE)
         self.openshift: bool | None = None  # None: not looked yet
         self._grants_at = 0.0
         self._said: set[str] = set()
 
     def poke(self) -> None:
-        self.wake.set()
+        self.passes.poke()
 
     def _say(self, problems: list[str], hint: str) -> None:
         for p in problems:
@@ -97,35 +96,12 @@ class OpenShiftLoop:
         self._say(problems, "apply deploy/openshift/ or run `sro install --platform openshift`")
         return RETRY if problems else RESYNC
 
-    async def run(self) -> None:
-        while True:
-            try:
-                wait = await self.run_pass()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # a pass must never end the loop
-                log.exception("OpenShift pass failed: %s", e)
-                wait = RETRY
-            await asyncio.sleep(DEBOUNCE)
-            self.wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), timeout=wait)
-
 
 def register(registry: kopf.OperatorRegistry, client: Any, namespace: str) -> kopf.OperatorRegistry:
     """Add the OpenShift loop's handlers to the operator's registry (and return it)."""
     loop = OpenShiftLoop(OpenShiftIO(client), namespace)
 
-    @kopf.on.startup(registry=registry)
-    async def start_openshift(**_: Any) -> None:
-        loop.task = asyncio.create_task(loop.run())
-
-    @kopf.on.cleanup(registry=registry)
-    async def stop_openshift(**_: Any) -> None:
-        if loop.task is not None:
-            loop.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await loop.task
+    run_alongside(registry, loop.passes, "openshift")
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     def special_resource_event_for_openshift(**_: Any) -> None:

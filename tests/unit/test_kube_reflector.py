@@ -140,7 +140,7 @@ def test_the_cache_groups_pods_by_special_resource_and_wakes_listeners() -> None
     assert heard == ["ADDED", "ADDED"]
     cache.nodes.apply({"type": "ADDED", "object": {"metadata": {"name": "n", "labels": {"l": "v"}}}})
     assert [n.labels for n in cache.node_infos()] == [{"l": "v"}]
-    assert [s.name for s in cache.node_states()] == ["n"]
+    assert [s.name for s in cache.node_infos()] == ["n"]
 
 
 def test_requests_are_counted_by_verb_and_resource_as_the_api_server_names_them() -> None:

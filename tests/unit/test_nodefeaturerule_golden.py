@@ -22,7 +22,8 @@ from sro.node.discovery.config import Config
 from sro.node.discovery.custom import nfd_features
 from sro.node.discovery.nodefeature import node_feature
 from sro.node.discovery.sources import scan
-from sro.operator.nodefeaturerules import NodeState, plan
+from sro.operator.nodefeaturerules import plan
+from sro.operator.observed import NodeInfo
 
 TESTS = Path(__file__).resolve().parent.parent
 HOSTS = TESTS / "hosts"
@@ -36,7 +37,7 @@ def outcome(scenario: str) -> dict[str, Any]:
     results = scan(HostRoot.at(HOSTS / scenario / "root"), Config())
     doc = node_feature(NODE, "sro-system", nfd_features(results), node_uid="uid-1")
     rules = list(yaml.safe_load_all(EXAMPLES.read_text()))
-    changes, problems = plan([NodeState(NODE)], [doc], rules)
+    changes, problems = plan([NodeInfo(NODE)], [doc], rules)
     (change,) = changes
     annotations = {k: v for k, v in change.annotations.items() if k != RULES_OWNED_ANNOTATION}
     return {

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from sro.cli import cli
 from sro.kube import machines
-from sro.kube.applying import KubeError
+from sro.kube.errors import KubeError
 from sro.nodepools.clusterapi import kubelet_may_set, synced_by_cluster_api
 from sro.nodepools.generating import documents, generate, merge_cluster_autoscaler
 from sro.nodepools.instancetypes import INSTANCE_TYPES, PROVIDERS, lookup

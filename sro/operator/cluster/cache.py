@@ -4,21 +4,20 @@ One watch on Nodes and one on the pods of every SpecialResource (in the operator
 labelled `sro.dev/specialresource`) serve the whole operator: every SpecialResource's passes and the
 NodeFeatureRule step read their records from here instead of listing the cluster each pass, and
 their wake-ups come from the same events (`nodes.listeners`, `pods.listeners`: called with the event
-type and the object, or with "RESYNC" and None after a fresh list).
+type and the object, or with "RESYNC" and None after a fresh list). Node writes go through the cache
+too, so the next pass reads what this one wrote (an older watch event never undoes it).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
-
 from sro.api.names import SPECIALRESOURCE_LABEL
+from sro.kube.client import HttpClient
+from sro.kube.nodes import get_node_json, patch_node_json
 from sro.kube.reflector import Reflector
-from sro.operator.nodefeaturerules import NodeState, node_state
 from sro.operator.observed import NodeInfo, PodInfo, node_from_json, pod_from_json
 
 SYNC_TIMEOUT = 60.0  # a pass waits this long for the first lists, then fails with the reason (retried)
@@ -33,14 +32,10 @@ def _pod_key(obj: Mapping[str, Any]) -> str:
     return f"{(md.get('labels') or {}).get(SPECIALRESOURCE_LABEL, '')}/{md['name']}"
 
 
-def _node(obj: Mapping[str, Any]) -> tuple[NodeInfo, NodeState]:
-    return node_from_json(obj), node_state(obj)
-
-
 class ClusterCache:
-    def __init__(self, http: httpx.AsyncClient, namespace: str) -> None:
+    def __init__(self, http: HttpClient, namespace: str) -> None:
         self.http = http
-        self.nodes: Reflector[tuple[NodeInfo, NodeState]] = Reflector(http, "/api/v1/nodes", _name, _node)
+        self.nodes: Reflector[NodeInfo] = Reflector(http, "/api/v1/nodes", _name, node_from_json)
         self.pods: Reflector[PodInfo] = Reflector(
             http,
             f"/api/v1/namespaces/{namespace}/pods",
@@ -59,10 +54,7 @@ class ClusterCache:
         await self.pods.wait_synced(SYNC_TIMEOUT)
 
     def node_infos(self) -> tuple[NodeInfo, ...]:
-        return tuple(info for info, _ in self.nodes.items.values())
-
-    def node_states(self) -> list[NodeState]:
-        return [state for _, state in self.nodes.items.values()]
+        return tuple(self.nodes.items.values())
 
     def pods_of(self, sr: str) -> list[PodInfo]:
         prefix = f"{sr}/"
@@ -70,24 +62,16 @@ class ClusterCache:
 
     async def get_node(self, name: str) -> dict[str, Any] | None:
         """The Node as the API server has it now (None: gone), for a change that must not be stale."""
-        resp = await self.http.get(f"/api/v1/nodes/{name}")
-        if resp.status_code == 404:
-            return None
-        resp.raise_for_status()
-        doc: dict[str, Any] = resp.json()
-        self.nodes.update(doc)
+        doc = await get_node_json(self.http, name)
+        if doc is not None:
+            self.nodes.update(doc)
         return doc
 
     async def patch_node(self, name: str, body: Mapping[str, Any]) -> bool:
         """A merge patch of a Node; the answer goes into the cache (the next pass reads what this one
         wrote). False when the node is gone; an HTTP error for any other refusal (409: re-plan)."""
-        resp = await self.http.patch(
-            f"/api/v1/nodes/{name}",
-            content=json.dumps(body),
-            headers={"Content-Type": "application/merge-patch+json"},
-        )
-        if resp.status_code == 404:
+        doc = await patch_node_json(self.http, name, body)
+        if doc is None:
             return False
-        resp.raise_for_status()
-        self.nodes.update(resp.json())
+        self.nodes.update(doc)
         return True

@@ -12,7 +12,7 @@ from sro.operator.handlers import describe
 from sro.operator.observed import NodeInfo, SpecialResourceInfo
 from sro.operator.plan import NodePatch, Plan
 from sro.operator.status import NodeRow
-from sro.operator.status_command import node_rows, summary_rows
+from sro.operator.status_table import node_rows, summary_rows
 
 SR = "gpus"
 STATUS = {
@@ -111,7 +111,7 @@ def test_metrics_count_nodes_per_state_and_time_to_validate_once() -> None:
 
 
 def test_quota_rows_show_used_over_hard() -> None:
-    from sro.operator.status_command import quota_rows
+    from sro.operator.status_table import quota_rows
 
     rows = quota_rows(
         [

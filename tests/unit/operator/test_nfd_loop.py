@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from sro.kube.nodefeatures import CrdMissing, Snapshot
 from sro.nfd.ownership import RULES_OWNED_ANNOTATION
+from sro.operator.cluster.nfdrules import CrdMissing, Snapshot
 from sro.operator.nfd_handlers import DEBOUNCE, RESYNC, RETRY, NodeFeatureRuleLoop
-from sro.operator.nodefeaturerules import node_state
+from sro.operator.observed import node_from_json
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -40,7 +40,7 @@ class FakeIO:
     async def observe(self) -> Snapshot:
         if not self.crds:
             raise CrdMissing("NodeFeatureRule: not served")
-        return Snapshot([node_state(self.node)], [], [RULE])
+        return Snapshot([node_from_json(self.node)], [], [RULE])
 
     async def patch_node(
         self, name: str, labels: Mapping[str, str | None], annotations: Mapping[str, str | None],

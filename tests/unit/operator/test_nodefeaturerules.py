@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from sro.nfd.ownership import FEATURE_LABELS_ANNOTATION, RULES_OWNED_ANNOTATION, decode_owned
-from sro.operator.nodefeaturerules import NodeChange, NodeState, node_state, plan
+from sro.operator.nodefeaturerules import NodeChange, plan
+from sro.operator.observed import NodeInfo, node_from_json
 
 NFD = "feature.node.kubernetes.io/"
 NODE = "n1"
@@ -45,17 +46,17 @@ def rule(name: str, *rules: Mapping[str, Any]) -> dict[str, Any]:
 MATCH_GPU = [{"feature": "pci.device", "matchExpressions": {"vendor": {"op": "In", "value": ["10de"]}}}]
 
 
-def one(node: NodeState, features: list[dict[str, Any]], rules: list[dict[str, Any]]) -> NodeChange:
+def one(node: NodeInfo, features: list[dict[str, Any]], rules: list[dict[str, Any]]) -> NodeChange:
     changes, _problems = plan([node], features, rules)
     return changes[0]
 
 
-def applied(node: NodeState, change: NodeChange) -> NodeState:
+def applied(node: NodeInfo, change: NodeChange) -> NodeInfo:
     """The node after the change (what the API server would hold)."""
     labels = {**node.labels, **change.labels}
     annotations = {**node.annotations, **change.annotations}
     capacity = {**node.capacity, **change.capacity}
-    return NodeState(
+    return NodeInfo(
         node.name,
         {k: v for k, v in labels.items() if v is not None},
         {k: v for k, v in annotations.items() if v is not None},
@@ -64,7 +65,7 @@ def applied(node: NodeState, change: NodeChange) -> NodeState:
     )
 
 
-def converge(node: NodeState, features: list[dict[str, Any]], rules: list[dict[str, Any]]) -> NodeState:
+def converge(node: NodeInfo, features: list[dict[str, Any]], rules: list[dict[str, Any]]) -> NodeInfo:
     for _ in range(4):
         change = one(node, features, rules)
         if not change.changed:
@@ -75,7 +76,7 @@ def converge(node: NodeState, features: list[dict[str, Any]], rules: list[dict[s
 
 def test_a_rule_sets_its_label_and_records_it() -> None:
     change = one(
-        NodeState(NODE),
+        NodeInfo(NODE),
         [nodefeature()],
         [rule("r", {"name": "gpu", "labels": {"gpu": "yes"}, "matchFeatures": MATCH_GPU})],
     )
@@ -85,7 +86,7 @@ def test_a_rule_sets_its_label_and_records_it() -> None:
 
 def test_a_deleted_rule_takes_its_label_back_and_leaves_a_hand_set_one() -> None:
     rules = [rule("r", {"name": "gpu", "labels": {"gpu": "yes"}, "matchFeatures": MATCH_GPU})]
-    node = converge(NodeState(NODE, labels={"example.com/by-hand": "x"}), [nodefeature()], rules)
+    node = converge(NodeInfo(NODE, labels={"example.com/by-hand": "x"}), [nodefeature()], rules)
     assert node.labels == {"example.com/by-hand": "x", NFD + "gpu": "yes"}
     node = converge(node, [nodefeature()], [])
     assert node.labels == {"example.com/by-hand": "x"}
@@ -94,7 +95,7 @@ def test_a_deleted_rule_takes_its_label_back_and_leaves_a_hand_set_one() -> None
 
 def test_a_hand_set_label_with_the_rules_key_is_never_touched() -> None:
     rules = [rule("r", {"name": "gpu", "labels": {"gpu": "yes"}, "matchFeatures": MATCH_GPU})]
-    node = NodeState(NODE, labels={NFD + "gpu": "mine"})
+    node = NodeInfo(NODE, labels={NFD + "gpu": "mine"})
     change = one(node, [nodefeature()], rules)
     assert NFD + "gpu" not in change.labels and change.skipped == (f"label {NFD}gpu",)
     node = converge(node, [nodefeature()], rules)
@@ -105,7 +106,7 @@ def test_a_hand_set_label_with_the_rules_key_is_never_touched() -> None:
 def test_two_rules_one_label_the_later_value_and_gone_only_with_both() -> None:
     r1 = rule("a-first", {"name": "one", "labels": {"shared": "a"}, "matchFeatures": MATCH_GPU})
     r2 = rule("b-second", {"name": "two", "labels": {"shared": "b"}, "matchFeatures": MATCH_GPU})
-    node = converge(NodeState(NODE), [nodefeature()], [r2, r1])  # objects run in name order, not list order
+    node = converge(NodeInfo(NODE), [nodefeature()], [r2, r1])  # objects run in name order, not list order
     assert node.labels == {NFD + "shared": "b"}
     node = converge(node, [nodefeature()], [r1])
     assert node.labels == {NFD + "shared": "a"}
@@ -114,7 +115,7 @@ def test_two_rules_one_label_the_later_value_and_gone_only_with_both() -> None:
 
 def test_the_discovery_agents_labels_are_not_the_rules() -> None:
     agent = {FEATURE_LABELS_ANNOTATION: "pci-10de.present"}
-    node = NodeState(NODE, labels={NFD + "pci-10de.present": "true"}, annotations=agent)
+    node = NodeInfo(NODE, labels={NFD + "pci-10de.present": "true"}, annotations=agent)
     rules = [
         rule("r", {"name": "same key", "labels": {"pci-10de.present": "false"}, "matchFeatures": MATCH_GPU})
     ]
@@ -127,7 +128,7 @@ def test_nodefeature_labels_applied_and_handed_over_from_the_agent() -> None:
     the agent recorded (no flicker: same value, only the record changes); another vendor's object
     asking for an agent's label does not take it."""
     agent = {FEATURE_LABELS_ANNOTATION: "pci-10de.present"}
-    node = NodeState(NODE, labels={NFD + "pci-10de.present": "true"}, annotations=agent)
+    node = NodeInfo(NODE, labels={NFD + "pci-10de.present": "true"}, annotations=agent)
     theirs = nodefeature("vendor", labels={"pci-10de.present": "true"}, namespace="vendor")
     assert one(node, [theirs], []).skipped == (f"label {NFD}pci-10de.present",)
     ours = nodefeature(labels={"pci-10de.present": "true", "example.com/x": "1"}, ours=True)
@@ -152,7 +153,7 @@ def test_annotations_extended_resources_and_taints_owned_the_same_way() -> None:
         "matchFeatures": MATCH_GPU,
     })  # fmt: skip
     hand_taint = {"key": "example.com/by-hand", "effect": "NoExecute"}
-    node = NodeState(
+    node = NodeInfo(
         NODE, annotations={"example.com/by-hand": "x"}, taints=(hand_taint,), capacity={"cpu": "4"}
     )
     node = converge(node, [nodefeature()], [r])
@@ -180,9 +181,9 @@ def test_a_taint_someone_else_set_is_left_and_a_changed_value_replaced() -> None
         return rule("r", {"name": "t", "taints": [taint], "matchFeatures": MATCH_GPU})
 
     theirs = {"key": "example.com/gpu", "value": "theirs", "effect": "NoSchedule"}
-    change = one(NodeState(NODE, taints=(theirs,)), [nodefeature()], [taint_rule("a")])
+    change = one(NodeInfo(NODE, taints=(theirs,)), [nodefeature()], [taint_rule("a")])
     assert change.taints is None and change.skipped
-    node = converge(NodeState(NODE), [nodefeature()], [taint_rule("a")])
+    node = converge(NodeInfo(NODE), [nodefeature()], [taint_rule("a")])
     node = converge(node, [nodefeature()], [taint_rule("b")])
     assert list(node.taints) == [{"key": "example.com/gpu", "value": "b", "effect": "NoSchedule"}]
 
@@ -190,7 +191,7 @@ def test_a_taint_someone_else_set_is_left_and_a_changed_value_replaced() -> None
 def test_a_bad_rule_costs_itself_and_names_the_object_and_field() -> None:
     bad = {"name": "typo", "labels": {"x": "1"}, "matchFeatures": [{"feature": "pci.device", "matchExpressions": {"vendor": {"op": "Inn", "value": ["10de"]}}}]}  # fmt: skip
     good = {"name": "fine", "labels": {"y": "1"}, "matchFeatures": MATCH_GPU}
-    changes, problems = plan([NodeState(NODE)], [nodefeature()], [rule("mixed", bad, good)])
+    changes, problems = plan([NodeInfo(NODE)], [nodefeature()], [rule("mixed", bad, good)])
     assert changes[0].labels == {NFD + "y": "1"}
     assert [p.path for p in problems] == [
         "NodeFeatureRule mixed spec.rules[0].matchFeatures[0].matchExpressions.vendor.op"
@@ -205,7 +206,7 @@ def test_reserved_namespaces_and_bad_values_are_reported_not_applied() -> None:
         "extendedResources": {"example.com/not-a-quantity": "lots"},
         "matchFeatures": MATCH_GPU,
     })  # fmt: skip
-    change = one(NodeState(NODE), [nodefeature()], [r])
+    change = one(NodeInfo(NODE), [nodefeature()], [r])
     assert change.labels == {NFD + "ok": "fine"} and change.capacity == {}
     text = " ".join(str(w) for w in change.warnings)
     assert "kubernetes.io/hostname" in text and "bad-value" in text and "not-a-quantity" in text
@@ -215,7 +216,7 @@ def test_rules_without_node_features_and_nodefeatures_of_other_nodes() -> None:
     """A node with no NodeFeature gets only what needs no feature; one for another node is not ours."""
     always = rule("r", {"name": "everyone", "labels": {"everyone": "yes"}})
     gpu = rule("s", {"name": "gpu", "labels": {"gpu": "yes"}, "matchFeatures": MATCH_GPU})
-    changes, _ = plan([NodeState(NODE), NodeState("n2")], [nodefeature(node="n2")], [always, gpu])
+    changes, _ = plan([NodeInfo(NODE), NodeInfo("n2")], [nodefeature(node="n2")], [always, gpu])
     by = {c.name: c for c in changes}
     assert by[NODE].labels == {NFD + "everyone": "yes"}
     assert by["n2"].labels == {NFD + "everyone": "yes", NFD + "gpu": "yes"}
@@ -223,7 +224,7 @@ def test_rules_without_node_features_and_nodefeatures_of_other_nodes() -> None:
 
 def test_unchanged_node_makes_no_change_and_record_is_json() -> None:
     rules = [rule("r", {"name": "gpu", "labels": {"gpu": "yes"}, "matchFeatures": MATCH_GPU})]
-    node = converge(NodeState(NODE), [nodefeature()], rules)
+    node = converge(NodeInfo(NODE), [nodefeature()], rules)
     assert not one(node, [nodefeature()], rules).changed
     assert json.loads(node.annotations[RULES_OWNED_ANNOTATION]) == {"labels": [NFD + "gpu"]}
 
@@ -234,7 +235,7 @@ def test_node_state_from_the_api_object() -> None:
         "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]},
         "status": {"capacity": {"cpu": "4", "example.com/x": 3}},
     }
-    s = node_state(doc)
+    s = node_from_json(doc)
     assert (s.labels, s.annotations, s.resource_version) == ({"a": "1"}, {"b": "2"}, "7")
     assert s.taints == ({"key": "k", "effect": "NoSchedule"},) and s.capacity == {
         "cpu": "4",

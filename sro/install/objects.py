@@ -28,7 +28,7 @@ from sro.api.images import pull_policy_for
 from sro.api.names import IMAGE, MANAGED_BY_LABEL, MANAGED_BY_VALUE, NAMESPACE
 from sro.api.nfd_crds import nfd_crds
 from sro.install.scc import objects as openshift_objects
-from sro.manifests import components, templates
+from sro.manifests import components, render_template, templates
 
 OPERATOR: Final = "operator"
 DISCOVERY: Final = "discovery"
@@ -62,7 +62,6 @@ CLUSTER_SCOPED: Final = frozenset(
     | {"SecurityContextConstraints", "ClusterOperator"}
 )
 
-_env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
 _INSTALL_KIND_LINE = re.compile(r"^kind:\s*(" + "|".join(sorted(INSTALL_KINDS)) + r")\s*$", re.MULTILINE)
 
 
@@ -90,7 +89,7 @@ def key(obj: Mapping[str, Any]) -> Key:
 def _render_file(component: str, name: str, text: str, values: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One template file's objects, or [] for a file that needs values only the operator has."""
     try:
-        rendered = _env.from_string(text).render(**values)
+        rendered = render_template(text, values)
     except jinja2.UndefinedError as e:
         if component == DISCOVERY or _INSTALL_KIND_LINE.search(text):
             raise InstallError(

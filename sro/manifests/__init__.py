@@ -44,6 +44,12 @@ def _compiled(text: str) -> jinja2.Template:
     return _env.from_string(text)
 
 
+def render_template(text: str, values: Mapping[str, Any]) -> str:
+    """One template's text rendered with `values` in the manifests' Jinja2 environment (raises
+    jinja2's errors): for callers that take a component's files one at a time (`sro install`)."""
+    return _compiled(text).render(**values)
+
+
 def components() -> list[str]:
     root = resources.files(__name__)
     return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("_"))

@@ -17,10 +17,9 @@ import sys
 from pathlib import Path
 
 import click
-import yaml
 
 from sro.api.recipes import SIMULATED_GPU
-from sro.api.yamltext import yaml_error
+from sro.api.yamltext import load_yaml_file
 from sro.devices import driverstate, simconfig, simulated_driver
 from sro.devices.model import DeviceUUID, Inventory
 
@@ -29,6 +28,9 @@ from sro.devices.model import DeviceUUID, Inventory
 READY_MARKER = ".ready"
 _STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
+_device_option = click.option(
+    "--device", "devices", multiple=True, help="Device index, UUID, MIG UUID or PCI bus id (repeatable)."
+)
 _root_option = click.option(
     "--driver-root",
     type=click.Path(path_type=Path),
@@ -99,14 +101,13 @@ def simulate_driver(
     if config_path is None:
         raise click.UsageError("--config FILE is required (or --remove)")
     try:
-        doc = yaml.safe_load(config_path.read_text())
-        inv = simconfig.parse(doc, device_node=SIMULATED_GPU.device_node)
-    except OSError as e:
-        raise click.ClickException(f"{config_path}: cannot read: {e.strerror}") from e
-    except yaml.YAMLError as e:
-        raise click.ClickException(f"{config_path}: not YAML: {yaml_error(e)}") from e
+        inv = load_yaml_file(
+            config_path,
+            lambda doc: simconfig.parse(doc, device_node=SIMULATED_GPU.device_node),
+            simconfig.SimConfigError,
+        )
     except simconfig.SimConfigError as e:
-        raise click.ClickException(f"{config_path}: {e}") from e
+        raise click.ClickException(str(e)) from e
     if driver_version is not None:
         inv = dataclasses.replace(inv, driver_version=driver_version)
     try:
@@ -173,9 +174,7 @@ def _targets(inv: Inventory, devices: tuple[str, ...], all_devices: bool) -> lis
 
 
 @simulate.command("fault")
-@click.option(
-    "--device", "devices", multiple=True, help="Device index, UUID, MIG UUID or PCI bus id (repeatable)."
-)
+@_device_option
 @click.option("--all", "all_devices", is_flag=True, help="Every device (with --clear: every fault).")
 @click.option(
     "--xid",
@@ -203,9 +202,7 @@ def fault(devices: tuple[str, ...], all_devices: bool, xid: int, clear: bool, dr
 
 
 @simulate.command("load")
-@click.option(
-    "--device", "devices", multiple=True, help="Device index, UUID, MIG UUID or PCI bus id (repeatable)."
-)
+@_device_option
 @click.option("--all", "all_devices", is_flag=True, help="Every device (with --clear: every load).")
 @click.option("--util", type=click.FloatRange(0, 100), help="Utilisation in percent (DCGM_FI_DEV_GPU_UTIL).")
 @click.option(

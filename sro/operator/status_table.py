@@ -40,7 +40,7 @@ def summary_rows(srs: Sequence[SpecialResourceInfo]) -> list[tuple[str, ...]]:
         rows.append(
             (
                 sr.name,
-                str(sr.spec.get("recipe", "")),
+                sr.recipe,
                 str(sr.status.get("resource", "")),
                 str(sr.status.get("ready", "Unknown")),
                 str(sr.status.get("nodeCount", 0)),

@@ -1,0 +1,75 @@
+"""The loop under every operator job (sro/operator/wakeloop.py): a failing pass is logged and
+retried, a poke wakes the next pass early, and a burst of pokes makes one pass, not one each."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from sro.operator.wakeloop import WakeLoop
+
+pytestmark = pytest.mark.timeout(10)
+log = logging.getLogger("test.wakeloop")
+
+
+class Flag:
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    def __bool__(self) -> bool:
+        return self.event.is_set()
+
+    def wait(self) -> asyncio.Future[bool]:
+        return asyncio.ensure_future(self.event.wait())
+
+
+def test_failure_is_logged_counted_and_retried(caplog: pytest.LogCaptureFixture) -> None:
+    calls: list[float] = []
+    failures: list[int] = []
+
+    async def main() -> None:
+        stop = Flag()
+        loop = asyncio.get_running_loop()
+
+        async def one_pass() -> float:
+            calls.append(loop.time())
+            if len(calls) == 1:
+                raise RuntimeError("boom")
+            stop.event.set()
+            return 60.0
+
+        passes = WakeLoop(
+            one_pass, what="x: pass", log=log, retry=0.05, spacing=0.0, on_failure=lambda: failures.append(1)
+        )
+        await passes.run(stop)
+
+    asyncio.run(main())
+    assert len(calls) == 2 and failures == [1]
+    assert "x: pass failed: boom" in caplog.text
+
+
+def test_a_burst_of_pokes_makes_one_more_pass() -> None:
+    calls: list[float] = []
+
+    async def main() -> None:
+        stop = Flag()
+
+        async def one_pass() -> float:
+            calls.append(0)
+            return 60.0
+
+        passes = WakeLoop(one_pass, what="pass", log=log, retry=1.0, spacing=1.0)
+        task = asyncio.create_task(passes.run(stop))
+        await asyncio.sleep(0.05)
+        for _ in range(20):
+            passes.poke()
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(1.5)
+        stop.event.set()
+        passes.poke()
+        await asyncio.wait_for(task, 2)
+
+    asyncio.run(main())
+    assert len(calls) == 2  # the first, then one for the whole burst (none once stopped)

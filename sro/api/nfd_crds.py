@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from sro.api.openapi import STRING_SCHEMA, crd_document
+
 NFD_GROUP: Final = "nfd.k8s-sigs.io"
 NFD_VERSION: Final = "v1alpha1"
 NFD_API_VERSION: Final = f"{NFD_GROUP}/{NFD_VERSION}"
@@ -27,7 +29,6 @@ MATCH_OPS: Final = (
     "IsTrue", "IsFalse",
 )  # fmt: skip
 
-_STR: dict[str, Any] = {"type": "string"}
 # Maps of strings (labels, attribute elements, ...). Their values are not typed in the schema: an empty
 # string is a real value here (a kernel config option set to "", a label with no value), and some
 # API servers' schema validation, this project's local 1.20 build among them, refuses "" for
@@ -41,7 +42,7 @@ def _match_expression() -> dict[str, Any]:
         "required": ["op"],
         "properties": {
             "op": {"type": "string", "enum": list(MATCH_OPS)},
-            "value": {"type": "array", "items": _STR},
+            "value": {"type": "array", "items": STRING_SCHEMA},
             "type": {"type": "string", "description": "version: compare as major.minor.patch."},
         },
     }
@@ -72,9 +73,12 @@ def _rule() -> dict[str, Any]:
         "type": "object",
         "required": ["name"],
         "properties": {
-            "name": _STR,
+            "name": STRING_SCHEMA,
             "labels": {**_STR_MAP, "description": "Node labels to set when the rule matches."},
-            "labelsTemplate": {**_STR, "description": "A template expanding to key=value lines of labels."},
+            "labelsTemplate": {
+                **STRING_SCHEMA,
+                "description": "A template expanding to key=value lines of labels.",
+            },
             "annotations": {**_STR_MAP, "description": "Node annotations to set when the rule matches."},
             "extendedResources": {
                 **_STR_MAP,
@@ -85,11 +89,16 @@ def _rule() -> dict[str, Any]:
                 "items": {
                     "type": "object",
                     "required": ["key", "effect"],
-                    "properties": {"key": _STR, "value": _STR, "effect": _STR, "timeAdded": _STR},
+                    "properties": {
+                        "key": STRING_SCHEMA,
+                        "value": STRING_SCHEMA,
+                        "effect": STRING_SCHEMA,
+                        "timeAdded": STRING_SCHEMA,
+                    },
                 },
             },
             "vars": {**_STR_MAP, "description": "Values for later rules (rule.matched), not published."},
-            "varsTemplate": _STR,
+            "varsTemplate": STRING_SCHEMA,
             "matchFeatures": _matcher_terms(),
             "matchAny": {
                 "type": "array",
@@ -152,43 +161,17 @@ def _features() -> dict[str, Any]:
 
 
 def _crd(kind: str, plural: str, scope: str, spec: dict[str, Any], short: list[str]) -> dict[str, Any]:
-    names: dict[str, Any] = {
-        "plural": plural,
-        "singular": kind.lower(),
-        "kind": kind,
-        "listKind": f"{kind}List",
-    }
-    if short:
-        names["shortNames"] = short
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{NFD_GROUP}", "labels": {"app.kubernetes.io/managed-by": "sro"}},
-        "spec": {
-            "group": NFD_GROUP,
-            "scope": scope,
-            "names": names,
-            "versions": [
-                {
-                    "name": NFD_VERSION,
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "required": ["spec"],
-                            "properties": {
-                                "apiVersion": _STR,
-                                "kind": _STR,
-                                "metadata": {"type": "object"},
-                                "spec": spec,
-                            },
-                        }
-                    },
-                }
-            ],
-        },
-    }
+    return crd_document(
+        NFD_GROUP,
+        NFD_VERSION,
+        kind,
+        plural,
+        scope,
+        spec,
+        short_names=short,
+        list_kind=True,
+        spec_required=True,
+    )
 
 
 def node_feature_crd() -> dict[str, Any]:

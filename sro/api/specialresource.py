@@ -44,17 +44,6 @@ class SpecError(ValueError):
     """The spec passes the schema but cannot work; the message names the field to fix."""
 
 
-PROBE_HANDLERS: Final = ("httpGet", "tcpSocket", "exec")
-PROBE_TIMINGS: Final = (
-    "initialDelaySeconds",
-    "periodSeconds",
-    "timeoutSeconds",
-    "successThreshold",
-    "failureThreshold",
-)
-VALIDATION_TIMEOUT_MAX: Final = 86_400
-
-
 @dataclass(frozen=True)
 class StateSpec:
     """What every state lets an admin set: on/off, the container image, args, env, resources, the

@@ -1,30 +1,27 @@
 """Reading a SpecialResource's spec into its typed records (`sro.api.specialresource`).
 
-The API server already refuses what the schema forbids (with the field named); `parse_spec` repeats
-those checks (unit tests and hollow clusters feed it specs no API server saw) and adds the ones a
-schema cannot express (a name too long for label keys, a driver image template with an unknown
-variable), raising `SpecError` naming the field, which the operator shows as the `Degraded` condition.
+Every field is read through the table the CRD's schema is rendered from (`sro.api.specfields`): the
+spec is first checked against it as the API server would (unit tests and hollow clusters feed specs
+no API server saw), then the checks a schema cannot express are added (a name too long for label
+keys, a driver image template with an unknown variable, duplicate names, a probe with two handlers,
+a pod selector), each raising `SpecError` naming the field, which the operator shows as the
+`Degraded` condition.
 """
 
 from __future__ import annotations
 
 import re
 import string
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Final
 
 from sro.api.names import DRIVER, LABEL_NAME_MAX, PREFIX, longest_label_name
+from sro.api.openapi import Field, FieldError, check
 from sro.api.selectors import parse_selector
+from sro.api.specfields import COUNT_OR_PERCENT, DNS_LABEL, PARTITIONING, SPEC, UPGRADE_POLICY
 from sro.api.specialresource import (
-    DISABLED_BY_DEFAULT,
     IMAGE_TEMPLATE_VARS,
-    PREEMPTION_POLICIES,
-    PRIORITY_MAX,
-    PRIORITY_MIN,
-    PROBE_HANDLERS,
-    PROBE_TIMINGS,
     STATE_FIELDS,
-    VALIDATION_TIMEOUT_MAX,
     DrainSpec,
     DriverSpec,
     PartitioningSpec,
@@ -37,81 +34,15 @@ from sro.api.specialresource import (
     WaitForCompletionSpec,
 )
 
-
-def _str(doc: Mapping[str, Any], key: str, where: str, default: str = "") -> str:
-    value = doc.get(key, default)
-    if value is None:
-        return default
-    if not isinstance(value, str):
-        raise SpecError(f"{where}.{key}: expected a string, got {value!r}")
-    return value
+PROBE_HANDLERS: Final = ("httpGet", "tcpSocket", "exec")
+_DNS_LABEL = re.compile(DNS_LABEL)
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
-def _bool(doc: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
-    value = doc.get(key, default)
-    if not isinstance(value, bool):
-        raise SpecError(f"{where}.{key}: expected true or false, got {value!r}")
-    return value
-
-
-def _mapping(doc: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
-    value = doc.get(key) or {}
-    if not isinstance(value, Mapping):
-        raise SpecError(f"{where}.{key}: expected an object, got {value!r}")
-    return value
-
-
-def _strings(doc: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
-    value = doc.get(key) or []
-    if (
-        not isinstance(value, Sequence)
-        or isinstance(value, str)
-        or not all(isinstance(v, str) for v in value)
-    ):
-        raise SpecError(f"{where}.{key}: expected a list of strings, got {value!r}")
-    return tuple(value)
-
-
-def _probe(doc: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
-    """A Kubernetes container probe: exactly one handler (httpGet, tcpSocket or exec) and timings."""
-    probe = _mapping(doc, key, where)
-    if not probe:
-        return {}
-    at = f"{where}.{key}"
-    handlers = [h for h in PROBE_HANDLERS if h in probe]
-    if len(handlers) != 1:
-        raise SpecError(f"{at}: needs exactly one of {', '.join(PROBE_HANDLERS)}")
-    unknown = sorted(set(probe) - {*PROBE_HANDLERS, *PROBE_TIMINGS})
-    if unknown:
-        raise SpecError(f"{at}: unknown field(s) {', '.join(unknown)}")
-    handler = _mapping(probe, handlers[0], at)
-    if handlers[0] in ("httpGet", "tcpSocket") and not isinstance(handler.get("port"), (int, str)):
-        raise SpecError(f"{at}.{handlers[0]}.port: required (a number or a port name)")
-    if handlers[0] == "exec":
-        _strings(handler, "command", f"{at}.exec")
-    for t in PROBE_TIMINGS:
-        if t in probe:
-            _int(probe, t, at, 0 if t == "initialDelaySeconds" else 1, 86_400)
-    return dict(probe)
-
-
-def _state_spec(doc: Mapping[str, Any], where: str, enabled: bool) -> StateSpec:
-    env = []
-    for i, item in enumerate(doc.get("env") or []):
-        if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
-            raise SpecError(f"{where}.env[{i}]: expected {{name: ..., value: ...}}, got {item!r}")
-        env.append((item["name"], str(item.get("value", ""))))
-    return StateSpec(
-        enabled=_bool(doc, "enabled", where, enabled),
-        image=_str(doc, "image", where),
-        image_pull_policy=_str(doc, "imagePullPolicy", where),
-        args=_strings(doc, "args", where),
-        env=tuple(env),
-        resources=dict(_mapping(doc, "resources", where)),
-        readiness_probe=_probe(doc, "readinessProbe", where),
-        liveness_probe=_probe(doc, "livenessProbe", where),
-        timeout_seconds=_int(doc, "timeoutSeconds", where, 0, VALIDATION_TIMEOUT_MAX, 0),
-    )
+def _get(doc: Mapping[str, Any], f: Field) -> Any:
+    """The field's value in an already checked `doc`, or what an absent field reads as."""
+    value = doc.get(f.name)
+    return f.empty() if value is None else value
 
 
 def check_image_template(template: str, where: str) -> None:
@@ -149,109 +80,113 @@ def check_name(name: str) -> None:
         )
 
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+def _probe(doc: Mapping[str, Any], f: Field, where: str) -> dict[str, Any]:
+    """A Kubernetes container probe: exactly one handler (httpGet, tcpSocket or exec) and timings."""
+    probe = _get(doc, f)
+    if not probe:
+        return {}
+    at = f"{where}.{f.name}"
+    handlers = [h for h in PROBE_HANDLERS if probe.get(h) is not None]
+    if len(handlers) != 1:
+        raise SpecError(f"{at}: needs exactly one of {', '.join(PROBE_HANDLERS)}")
+    unknown = sorted(set(probe) - {c.name for c in f.fields})
+    if unknown:
+        raise SpecError(f"{at}: unknown field(s) {', '.join(unknown)}")
+    return dict(probe)
 
 
-def _int(
-    doc: Mapping[str, Any], key: str, where: str, low: int, high: int, default: int | None = None
-) -> int:
-    value = doc.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise SpecError(f"{where}.{key}: expected a whole number from {low} to {high}, got {value!r}")
-    return value
+def _state_spec(doc: Mapping[str, Any], f: Field, where: str) -> StateSpec:
+    names = {c.name for c in f.fields}
+    return StateSpec(
+        enabled=_get(doc, f["enabled"]),
+        image=_get(doc, f["image"]),
+        image_pull_policy=_get(doc, f["imagePullPolicy"]),
+        args=tuple(_get(doc, f["args"])),
+        env=tuple((item["name"], item.get("value") or "") for item in _get(doc, f["env"])),
+        resources=dict(_get(doc, f["resources"])),
+        readiness_probe=_probe(doc, f["readinessProbe"], where),
+        liveness_probe=_probe(doc, f["livenessProbe"], where),
+        timeout_seconds=_get(doc, f["timeoutSeconds"]) if "timeoutSeconds" in names else 0,
+    )
 
 
-def parse_partitioning(doc: Mapping[str, Any]) -> PartitioningSpec:
+def _partitioning(doc: Mapping[str, Any]) -> PartitioningSpec:
+    """`spec.partitioning` (checked against its fields): PriorityClasses and quotas, named once each."""
     where = "spec.partitioning"
+    priority, quota = PARTITIONING["priorities"], PARTITIONING["quotas"]
     priorities = []
     names = set()
-    for i, item in enumerate(doc.get("priorities") or []):
+    for i, item in enumerate(_get(doc, priority)):
         at = f"{where}.priorities[{i}]"
-        if not isinstance(item, Mapping):
-            raise SpecError(f"{at}: expected {{name, value}}")
-        name = _str(item, "name", at)
-        if not _DNS_SUBDOMAIN.match(name) or len(name) > 253 or name.startswith("system-"):
+        name = _get(item, priority["name"])
+        if not _DNS_SUBDOMAIN.match(name) or name.startswith("system-"):
             raise SpecError(f"{at}.name: {name!r} must be a DNS name not starting with system- (reserved)")
         if name in names:
             raise SpecError(f"{at}.name: {name!r} is listed twice")
         names.add(name)
-        policy = _str(item, "preemptionPolicy", at, "PreemptLowerPriority")
-        if policy not in PREEMPTION_POLICIES:
-            raise SpecError(
-                f"{at}.preemptionPolicy: must be one of {', '.join(PREEMPTION_POLICIES)}, got {policy!r}"
-            )
         priorities.append(
             PriorityClassSpec(
                 name,
-                _int(item, "value", at, PRIORITY_MIN, PRIORITY_MAX),
-                policy,
-                _str(item, "description", at),
+                _get(item, priority["value"]),
+                _get(item, priority["preemptionPolicy"]),
+                _get(item, priority["description"]),
             )
         )
     quotas = []
     seen = set()
-    for i, item in enumerate(doc.get("quotas") or []):
+    for i, item in enumerate(_get(doc, quota)):
         at = f"{where}.quotas[{i}]"
-        if not isinstance(item, Mapping):
-            raise SpecError(f"{at}: expected {{namespace, limit}}")
-        ns = _str(item, "namespace", at)
-        if not _DNS_LABEL.match(ns) or len(ns) > 63:
+        ns = _get(item, quota["namespace"])
+        if not _DNS_LABEL.match(ns):
             raise SpecError(f"{at}.namespace: {ns!r} is not a namespace name")
-        resource = _str(item, "resource", at)
+        resource = _get(item, quota["resource"])
         if (ns, resource) in seen:
             raise SpecError(f"{at}: namespace {ns!r} has a quota for this resource already")
         seen.add((ns, resource))
-        limit = _int(item, "limit", at, 0, 1_000_000)
-        most = None
-        if item.get("maxPerContainer") is not None:
-            most = _int(item, "maxPerContainer", at, 1, 1_000_000)
-        quotas.append(QuotaSpec(ns, limit, most, resource))
-    return PartitioningSpec(_bool(doc, "taint", where, False), tuple(priorities), tuple(quotas))
+        quotas.append(
+            QuotaSpec(ns, _get(item, quota["limit"]), _get(item, quota["maxPerContainer"]), resource)
+        )
+    return PartitioningSpec(_get(doc, PARTITIONING["taint"]), tuple(priorities), tuple(quotas))
 
 
-def _count_or_percent(doc: Mapping[str, Any], key: str, where: str, default: int | str) -> int | str:
-    value = doc.get(key, default)
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+def _count_or_percent(doc: Mapping[str, Any], f: Field, where: str) -> int | str:
+    """A count of at least 1 (a number, or digits in a string) or a percentage from 1% to 100%."""
+    value = _get(doc, f)
+    if isinstance(value, int) and value >= 1:
         return value
-    if isinstance(value, str):
-        m = re.fullmatch(r"(\d+)%", value)
-        if m and 1 <= int(m.group(1)) <= 100:
-            return value
-        if value.isdigit() and int(value) >= 1:
-            return int(value)
+    if isinstance(value, str) and re.search(COUNT_OR_PERCENT, value):
+        return int(value) if value.isdigit() else value
     raise SpecError(
-        f"{where}.{key}: expected a count of at least 1 or a percentage from 1% to 100%, got {value!r} "
+        f"{where}.{f.name}: expected a count of at least 1 or a percentage from 1% to 100%, got {value!r} "
         "(0 would never let a node upgrade)"
     )
 
 
-def parse_upgrade_policy(doc: Mapping[str, Any]) -> UpgradePolicy:
+def _upgrade_policy(doc: Mapping[str, Any]) -> UpgradePolicy:
+    """`spec.driver.upgradePolicy` (checked against its fields), with its pod selectors parsed."""
     where = "spec.driver.upgradePolicy"
-    drain = _mapping(doc, "drain", where)
-    at = f"{where}.drain"
-    selector = _str(drain, "podSelector", at)
-    parse_selector(selector, f"{at}.podSelector")
-    wait = _mapping(doc, "waitForCompletion", where)
-    wat = f"{where}.waitForCompletion"
-    wait_selector = _str(wait, "podSelector", wat)
-    parse_selector(wait_selector, f"{wat}.podSelector")
+    pol = UPGRADE_POLICY
+    drain_f, wait_f = pol["drain"], pol["waitForCompletion"]
+    drain, wait = _get(doc, drain_f), _get(doc, wait_f)
+    selector = _get(drain, drain_f["podSelector"])
+    parse_selector(selector, f"{where}.drain.podSelector")
+    wait_selector = _get(wait, wait_f["podSelector"])
+    parse_selector(wait_selector, f"{where}.waitForCompletion.podSelector")
     return UpgradePolicy(
-        auto_upgrade=_bool(doc, "autoUpgrade", where, True),
-        max_parallel_upgrades=_int(doc, "maxParallelUpgrades", where, 0, 10_000, 1),
-        max_unavailable=_count_or_percent(doc, "maxUnavailable", where, "25%"),
-        paused=_bool(doc, "paused", where, False),
-        timeout_seconds=_int(doc, "timeoutSeconds", where, 1, 86_400, 600),
+        auto_upgrade=_get(doc, pol["autoUpgrade"]),
+        max_parallel_upgrades=_get(doc, pol["maxParallelUpgrades"]),
+        max_unavailable=_count_or_percent(doc, pol["maxUnavailable"], where),
+        paused=_get(doc, pol["paused"]),
+        timeout_seconds=_get(doc, pol["timeoutSeconds"]),
         drain=DrainSpec(
-            enable=_bool(drain, "enable", at, False),
+            enable=_get(drain, drain_f["enable"]),
             pod_selector=selector,
-            timeout_seconds=_int(drain, "timeoutSeconds", at, 1, 86_400, 300),
-            delete_empty_dir=_bool(drain, "deleteEmptyDir", at, False),
-            force=_bool(drain, "force", at, False),
+            timeout_seconds=_get(drain, drain_f["timeoutSeconds"]),
+            delete_empty_dir=_get(drain, drain_f["deleteEmptyDir"]),
+            force=_get(drain, drain_f["force"]),
         ),
         wait_for_completion=WaitForCompletionSpec(
-            pod_selector=wait_selector,
-            timeout_seconds=_int(wait, "timeoutSeconds", wat, 0, 86_400, 0),
+            pod_selector=wait_selector, timeout_seconds=_get(wait, wait_f["timeoutSeconds"])
         ),
     )
 
@@ -261,44 +196,38 @@ def parse_spec(name: str, spec: Mapping[str, Any]) -> SpecialResourceSpec:
     check_name(name)
     if not isinstance(spec, Mapping):
         raise SpecError("spec: expected an object")
-    recipe = _str(spec, "recipe", "spec")
-    if not recipe:
+    if spec.get("recipe") in (None, ""):
         raise SpecError("spec.recipe: required (a built-in recipe such as simulated-gpu or nvidia-gpu)")
-    states = {}
-    for state, fld in STATE_FIELDS.items():
-        states[state] = _state_spec(
-            _mapping(spec, fld, "spec"), f"spec.{fld}", enabled=state not in DISABLED_BY_DEFAULT
-        )
-    drv = _mapping(spec, "driver", "spec")
-    mode = _str(drv, "mode", "spec.driver", "container")
-    if mode not in ("container", "host"):
-        raise SpecError(f"spec.driver.mode: must be container or host, got {mode!r}")
-    template = _str(drv, "imageTemplate", "spec.driver")
+    try:
+        check(spec, SPEC, "spec")
+    except FieldError as e:
+        raise SpecError(str(e)) from None
+    states = {
+        state: _state_spec(_get(spec, SPEC[fld]), SPEC[fld], f"spec.{fld}")
+        for state, fld in STATE_FIELDS.items()
+    }
+    drv_f, dp_f, dpv_f = SPEC["driver"], SPEC["devicePlugin"], SPEC["devicePluginValidation"]
+    drv = _get(spec, drv_f)
+    template = _get(drv, drv_f["imageTemplate"])
     if template:
         check_image_template(template, "spec.driver.imageTemplate")
-    selector = _mapping(spec, "nodeSelector", "spec")
-    tolerations = spec.get("tolerations") or []
-    if not isinstance(tolerations, list) or not all(isinstance(t, Mapping) for t in tolerations):
-        raise SpecError("spec.tolerations: expected a list of tolerations")
-    dp = _mapping(spec, "devicePlugin", "spec")
-    dpv = _mapping(spec, "devicePluginValidation", "spec")
     return SpecialResourceSpec(
-        recipe=recipe,
-        recipe_config_map=_str(spec, "recipeConfigMap", "spec"),
-        node_selector={str(k): str(v) for k, v in selector.items()},
-        startup_taint=_bool(spec, "startupTaint", "spec", False),
-        tolerations=tuple(dict(t) for t in tolerations),
-        priority_class_name=_str(spec, "priorityClassName", "spec"),
-        custom_manifests=_str(spec, "customManifests", "spec"),
+        recipe=spec["recipe"],
+        recipe_config_map=_get(spec, SPEC["recipeConfigMap"]),
+        node_selector=dict(_get(spec, SPEC["nodeSelector"])),
+        startup_taint=_get(spec, SPEC["startupTaint"]),
+        tolerations=tuple(dict(t) for t in _get(spec, SPEC["tolerations"])),
+        priority_class_name=_get(spec, SPEC["priorityClassName"]),
+        custom_manifests=_get(spec, SPEC["customManifests"]),
         states=states,
         driver=DriverSpec(
-            mode=mode,
-            version=_str(drv, "version", "spec.driver"),
+            mode=_get(drv, drv_f["mode"]),
+            version=_get(drv, drv_f["version"]),
             image_template=template,
-            devices_config=_str(drv, "devicesConfig", "spec.driver"),
-            upgrade_policy=parse_upgrade_policy(_mapping(drv, "upgradePolicy", "spec.driver")),
+            devices_config=_get(drv, drv_f["devicesConfig"]),
+            upgrade_policy=_upgrade_policy(_get(drv, drv_f["upgradePolicy"])),
         ),
-        device_plugin_config=_str(dp, "config", "spec.devicePlugin"),
-        cuda_sample=_str(dpv, "cudaSample", "spec.devicePluginValidation"),
-        partitioning=parse_partitioning(_mapping(spec, "partitioning", "spec")),
+        device_plugin_config=_get(_get(spec, dp_f), dp_f["config"]),
+        cuda_sample=_get(_get(spec, dpv_f), dpv_f["cudaSample"]),
+        partitioning=_partitioning(_get(spec, PARTITIONING)),
     )

@@ -17,11 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from sro.api import builtin_recipes as builtin
 from sro.api.names import PREFIX
-from sro.api.yamltext import yaml_error
+from sro.api.yamltext import load_yaml_file
 
 Backend = Literal["nvml", "simulated"]
 
@@ -102,16 +100,7 @@ def _groups(doc: Mapping[str, Any], key: str, where: str) -> dict[str, tuple[str
 
 def recipe_from_file(path: Path) -> Recipe:
     """A custom recipe from a YAML/JSON file; RecipeError naming the file and what is wrong, one line."""
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise RecipeError(f"{path}: cannot read: {e.strerror}") from e
-    except yaml.YAMLError as e:
-        raise RecipeError(f"{path}: not YAML: {yaml_error(e)}") from e
-    try:
-        return recipe_from_dict(doc)
-    except RecipeError as e:
-        raise RecipeError(f"{path}: {e}") from e
+    return load_yaml_file(path, recipe_from_dict, RecipeError)
 
 
 def recipe_from_dict(doc: Mapping[str, Any]) -> Recipe:

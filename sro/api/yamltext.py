@@ -1,6 +1,9 @@
-"""One line for a YAML syntax error: PyYAML's own message spans several lines and quotes the
-document, while a command's error (and a log line) must stay on one line and say where. And one
-way to load a YAML file into a parsed value, every error naming the file."""
+"""One line for a YAML syntax error, and the one loader of a YAML file into a parsed value.
+
+Why: PyYAML's own message spans several lines and quotes the document, while a command's error (and
+a log line) must stay on one line and say where; every file sro reads as YAML (a recipe, the device
+plugin's and the exporter's config, the simulated devices) goes through `load_yaml_file`, so each
+error names the file and says what is wrong in the same words."""
 
 from __future__ import annotations
 
@@ -26,16 +29,15 @@ def load_yaml_file(
     path: Path,
     parse: Callable[[Any], T],
     error: type[Exception],
-    describe: Callable[[yaml.YAMLError], str] = yaml_error,
 ) -> T:
     """`parse` of the YAML document in `path`; `error` whose message starts with the path when the
-    file cannot be read, is not YAML (said by `describe`) or `parse` raises `error`."""
+    file cannot be read, is not YAML (said in one line) or `parse` raises `error`."""
     try:
         doc = yaml.safe_load(path.read_text())
     except OSError as e:
         raise error(f"{path}: cannot read: {e.strerror}") from e
     except yaml.YAMLError as e:
-        raise error(f"{path}: not YAML: {describe(e)}") from e
+        raise error(f"{path}: not YAML: {yaml_error(e)}") from e
     try:
         return parse(doc)
     except error as e:

@@ -38,7 +38,7 @@ def load_config(path: Path | None, recipe: Recipe, resource_override: str | None
     """Parse the config file (ConfigError naming the file and field when malformed)."""
     config = default_config(recipe)
     if path is not None:
-        config = load_yaml_file(path, lambda doc: parse_config(doc, recipe), ConfigError, describe=str)
+        config = load_yaml_file(path, lambda doc: parse_config(doc, recipe), ConfigError)
     if resource_override:
         config = replace(config, resource_name=resource_override)
     return config

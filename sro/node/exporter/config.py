@@ -40,4 +40,4 @@ def parse(doc: Any) -> HealthPolicy:
 
 
 def load(path: Path) -> HealthPolicy:
-    return load_yaml_file(path, parse, ConfigError, describe=str)
+    return load_yaml_file(path, parse, ConfigError)

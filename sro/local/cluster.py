@@ -20,6 +20,7 @@ from pathlib import Path
 
 from sro.api.names import RUNTIME_LAUNCHER, simulated_opt_in_label
 from sro.api.recipes import SIMULATED_GPU
+from sro.console.progress import Progress
 from sro.local import cleanup, supervisor
 from sro.local.components import ApiLimits, Component, NodeFacts, admin_kubeconfig, components
 from sro.local.hollow import HollowNodes
@@ -28,8 +29,6 @@ from sro.local.images import ensure_base_images
 from sro.local.kubebuild import ensure_kubernetes
 from sro.local.layout import KUBERNETES_SERVICE_IP, RUNTIME_HANDLER, Layout
 from sro.local.pki import cert_specs, ensure_pki
-
-Progress = Callable[[str], None]
 
 # Debian packages behind each binary `up` needs: the message on a missing one names what to install.
 PREREQUISITES = {

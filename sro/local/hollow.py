@@ -20,11 +20,11 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sro.console.progress import Progress
 from sro.local import supervisor
 from sro.local.components import Component, Health, kubeconfig
 from sro.local.hollowconfig import (
@@ -43,7 +43,6 @@ from sro.local.hollowconfig import (
 from sro.local.layout import Layout
 from sro.local.pki import ensure_pki
 
-Progress = Callable[[str], None]
 RULES = "hollow-rules"  # the rules server's daemon name (pid file, log)
 PID_PREFIX = "hollow."  # hollow node <name>'s daemon is "hollow.<name>"
 PORT_BASE = 12000  # hollow kubelets' ports, from here up (below the ephemeral range)

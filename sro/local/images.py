@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING
 
 from sro import __version__
 from sro.api.names import IMAGE
+from sro.console.progress import Progress
 from sro.local.layout import BUSYBOX_IMAGE, PAUSE_IMAGE, Layout
 from sro.local.ocilayout import ImageConfig, layer_from_files, write_archive
 
 if TYPE_CHECKING:
     from sro.local.cluster import LocalCluster
 
-Progress = Callable[[str], None]
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 IMAGE_PYTHON = "python3.11"
 

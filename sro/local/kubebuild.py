@@ -26,12 +26,11 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
+from sro.console.progress import Progress
 from sro.local.layout import ADDED_BINARIES, KUBE_BINARIES, KUBERNETES_SOURCE_PACKAGE, Layout
-
-Progress = Callable[[str], None]
 
 
 class BuildError(RuntimeError):

@@ -19,17 +19,8 @@ from typing import Protocol
 
 from sro.api.names import NFD_PREFIX
 from sro.api.problems import Problem
-from sro.nfd.rules import (
-    ATTRIBUTE,
-    FLAG,
-    INSTANCE,
-    Expr,
-    Rule,
-    Taint,
-    Term,
-    parse_version,
-    reserved_namespace,
-)
+from sro.nfd.expressions import parse_version
+from sro.nfd.model import ATTRIBUTE, FLAG, INSTANCE, Expr, Rule, Taint, Term, reserved_namespace
 from sro.nfd.templating import render_labels
 
 Attrs = Mapping[str, str]

@@ -18,7 +18,7 @@ from typing import Any
 from sro.api.nfd_crds import NODE_NAME_LABEL
 from sro.api.problems import Problem
 from sro.nfd.matching import FeatureSet
-from sro.nfd.rules import ATTRIBUTE, FLAG, INSTANCE
+from sro.nfd.model import ATTRIBUTE, FLAG, INSTANCE
 
 
 def to_spec(features: Mapping[str, FeatureSet]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from typing import Any
 from sro.api.names import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from sro.api.problems import Problem
 from sro.nfd.matching import FeatureMap, Outcome, key_problem, label_key, label_problem, run_rules
+from sro.nfd.model import Rule
 from sro.nfd.nodefeatures import from_spec, merge, target_node
 from sro.nfd.ownership import (
     FEATURE_LABELS_ANNOTATION,
@@ -34,7 +35,7 @@ from sro.nfd.ownership import (
     decode_feature_labels,
     decode_owned,
 )
-from sro.nfd.rules import Rule, parse_rules
+from sro.nfd.rules import parse_rules
 from sro.operator.observed import NodeInfo
 
 

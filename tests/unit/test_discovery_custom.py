@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from sro.nfd.matching import label_key
-from sro.nfd.rules import BUILTIN_RULES, Expr, Term, parse_rules
+from sro.nfd.model import BUILTIN_RULES, Expr, Term
+from sro.nfd.rules import parse_rules
 from sro.node.discovery.config import parse_config
 
 NFD = "feature.node.kubernetes.io/"

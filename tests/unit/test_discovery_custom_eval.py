@@ -10,8 +10,10 @@ import yaml
 
 from sro.host.reading import Problem
 from sro.host.root import HostRoot
+from sro.nfd.expressions import parse_expr
 from sro.nfd.matching import match_value
-from sro.nfd.rules import Rule, parse_expr, parse_rules
+from sro.nfd.model import Rule
+from sro.nfd.rules import parse_rules
 from sro.nfd.templating import render_labels
 from sro.node.discovery.commands import discover
 from sro.node.discovery.config import Config, parse_config

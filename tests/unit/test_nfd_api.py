@@ -9,10 +9,12 @@ import pytest
 import yaml
 
 from sro.api.nfd_crds import MATCH_OPS, node_feature_crd, node_feature_rule_crd
+from sro.api.nfd_crds import MATCH_OPS as OPS
 from sro.install.objects import objects
 from sro.nfd.matching import FeatureSet
+from sro.nfd.model import Taint
 from sro.nfd.nodefeatures import merge, to_spec
-from sro.nfd.rules import OPS, Taint, parse_rules
+from sro.nfd.rules import parse_rules
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "fixtures" / "nodefeaturerules" / "examples.yaml"
 

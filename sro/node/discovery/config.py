@@ -15,7 +15,8 @@ from typing import Any
 import yaml
 
 from sro.host.reading import Problem
-from sro.nfd.rules import Rule, parse_rules
+from sro.nfd.model import Rule
+from sro.nfd.rules import parse_rules
 
 # NFD's defaults (worker-configuration-reference).
 PCI_CLASS_WHITELIST = ("03", "0b40", "12")

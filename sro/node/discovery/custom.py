@@ -18,7 +18,8 @@ from pathlib import Path
 
 from sro.host.reading import HostReader, Problem
 from sro.nfd.matching import FeatureSet, run_rules
-from sro.nfd.rules import ATTRIBUTE, BUILTIN_RULES, FEATURES, FLAG, INSTANCE, Rule, parse_rules_file
+from sro.nfd.model import ATTRIBUTE, BUILTIN_RULES, FEATURES, FLAG, INSTANCE, Rule
+from sro.nfd.rules import parse_rules_file
 from sro.node.discovery.config import Config
 from sro.node.discovery.features import Attrs, Features, SourceResult
 

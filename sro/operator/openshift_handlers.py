@@ -100,11 +100,12 @@ class OpenShiftLoop:
 def register(registry: kopf.OperatorRegistry, client: Any, namespace: str) -> kopf.OperatorRegistry:
     """Add the OpenShift loop's handlers to the operator's registry (and return it)."""
     loop = OpenShiftLoop(OpenShiftIO(client), namespace)
-
     run_alongside(registry, loop.passes, "openshift")
 
+    # async on purpose: kopf runs sync handlers in a thread pool, and an asyncio.Event set from
+    # another thread does not wake the loop waiting on it
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    def special_resource_event_for_openshift(**_: Any) -> None:
+    async def special_resource_event_for_openshift(**_: Any) -> None:
         if loop.openshift:
             loop.poke()
 

@@ -16,8 +16,9 @@ import asyncio
 import hashlib
 import json
 import logging
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import replace
+from functools import partial
 from typing import Any, TypeVar
 
 import yaml
@@ -237,15 +238,16 @@ class SpecialResourceIO:
                 problems.append(f"{kind} {ns}/{name} not deleted")
             log.info("%s: deleted %s %s/%s", sr.name, kind, ns, name)
         # pods deleted, then pods created, then nodes patched: each batch CONCURRENCY at a time
-        batches = [
-            {f"pod {n} not deleted": self._delete("Pod", n) for n in plan.delete_pods},
-            {f"pod {p['metadata']['name']} not created": self._create_pod(sr.name, p) for p in plan.create_pods},
-            {f"node {n}: labels and taints not changed": self.patch_node(sr.name, n, patch)
-             for n, patch in plan.node_patches.items()},
+        batches: list[list[tuple[str, Callable[[], Coroutine[Any, Any, bool]]]]] = [
+            [(f"pod {n} not deleted", partial(self._delete, "Pod", n)) for n in plan.delete_pods],
+            [(f"pod {p['metadata']['name']} not created", partial(self._create_pod, sr.name, p))
+             for p in plan.create_pods],
+            [(f"node {n}: labels and taints not changed", partial(self.patch_node, sr.name, n, patch))
+             for n, patch in plan.node_patches.items()],
         ]  # fmt: skip
         for batch in batches:
-            oks = await _bounded(list(batch.values()))
-            problems += [what for what, ok in zip(batch, oks, strict=True) if not ok]
+            oks = await _bounded([step() for _, step in batch])
+            problems += [what for (what, _), ok in zip(batch, oks, strict=True) if not ok]
         for namespace, pod_name in plan.evict:
             result = await self.evictor.evict(namespace, pod_name)
             if result.done:

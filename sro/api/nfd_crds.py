@@ -113,49 +113,27 @@ def _rule() -> dict[str, Any]:
     }
 
 
+def _feature_sets(elements: dict[str, Any]) -> dict[str, Any]:
+    """A map of feature name -> `{elements}`: one of the three kinds of features."""
+    return {
+        "type": "object",
+        "additionalProperties": {
+            "type": "object",
+            "required": ["elements"],
+            "properties": {"elements": elements},
+        },
+    }
+
+
 def _features() -> dict[str, Any]:
+    instance = {"type": "object", "required": ["attributes"], "properties": {"attributes": _STR_MAP}}
     return {
         "type": "object",
         "description": "Raw features, input to NodeFeatureRules.",
         "properties": {
-            "flags": {
-                "type": "object",
-                "additionalProperties": {
-                    "type": "object",
-                    "required": ["elements"],
-                    "properties": {
-                        "elements": {
-                            "type": "object",
-                            "additionalProperties": {"type": "object"},
-                        }
-                    },
-                },
-            },
-            "attributes": {
-                "type": "object",
-                "additionalProperties": {
-                    "type": "object",
-                    "required": ["elements"],
-                    "properties": {"elements": _STR_MAP},
-                },
-            },
-            "instances": {
-                "type": "object",
-                "additionalProperties": {
-                    "type": "object",
-                    "required": ["elements"],
-                    "properties": {
-                        "elements": {
-                            "type": "array",
-                            "items": {
-                                "type": "object",
-                                "required": ["attributes"],
-                                "properties": {"attributes": _STR_MAP},
-                            },
-                        }
-                    },
-                },
-            },
+            "flags": _feature_sets({"type": "object", "additionalProperties": {"type": "object"}}),
+            "attributes": _feature_sets(_STR_MAP),
+            "instances": _feature_sets({"type": "array", "items": instance}),
         },
     }
 

@@ -140,8 +140,8 @@ def _load_file(path: Path) -> list[Any]:
 
 
 def _apply(pool: Pool, client: Any) -> None:
-    from sro.kube.errors import KubeError
     from sro.kube.client import sync_client
+    from sro.kube.errors import KubeError
     from sro.kube.machines import apply_all, read
 
     try:

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 
 from sro.api.nfd_crds import MATCH_OPS
-from sro.nfd.model import Expr, RuleError
+from sro.nfd.model import Expr, RuleError, refuse_unknown
 
 NO_VALUES = ("Exists", "DoesNotExist", "IsTrue", "IsFalse")
 ONE_OR_MORE = ("In", "NotIn", "InRegexp")
@@ -35,9 +35,7 @@ def scalar(v: object) -> str:
 def parse_expr(spec: object, path: str) -> Expr:
     if not isinstance(spec, Mapping):
         raise RuleError(path, f"expected a mapping with `op` and `value`, got {spec!r}")
-    for key in spec:
-        if key not in ("op", "value", "type"):
-            raise RuleError(f"{path}.{key}", "unknown field")
+    refuse_unknown(spec, ("op", "value", "type"), path)
     op = spec.get("op")
     if op not in MATCH_OPS:
         raise RuleError(f"{path}.op", f"unknown op {op!r} (valid: {', '.join(MATCH_OPS)})")

@@ -11,15 +11,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from sro.nfd.expressions import parse_expr, scalar
-from sro.nfd.model import Expr, Rule, RuleError, Term, exists
+from sro.nfd.model import Expr, Rule, RuleError, Term, exists, refuse_unknown
 
 
 # Legacy `matchOn` matchers -> (feature, how each listed item becomes an expression).
 def parse_legacy(doc: Mapping[str, Any], name: str, path: str) -> Rule:
     """NFD's legacy rule: `custom-<name>=<value|true>` when any matcher of `matchOn` holds (OR of ANDs)."""
-    for key in doc:
-        if key not in ("name", "value", "matchOn"):
-            raise RuleError(f"{path}.{key}", "unknown field in a legacy (matchOn) rule")
+    refuse_unknown(doc, ("name", "value", "matchOn"), path, " in a legacy (matchOn) rule")
     matchers = doc.get("matchOn")
     if not isinstance(matchers, list) or not matchers:
         raise RuleError(f"{path}.matchOn", "expected a non-empty list of matchers")

@@ -95,6 +95,15 @@ class RuleError(ValueError):
         self.path = path
 
 
+def refuse_unknown(
+    doc: Mapping[str, object], known: tuple[str, ...] | set[str], path: str, what: str = ""
+) -> None:
+    """RuleError naming the first field of `doc` that is not one of `known`."""
+    for key in doc:
+        if key not in known:
+            raise RuleError(f"{path}.{key}", f"unknown field{what}")
+
+
 def reserved_namespace(key: str) -> bool:
     """Kubernetes' own namespaces (`kubernetes.io`, `k8s.io` and below), but for NFD's two."""
     ns = key.split("/", 1)[0] if "/" in key else ""

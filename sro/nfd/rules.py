@@ -23,7 +23,7 @@ from sro.api.problems import Problem
 from sro.api.yamltext import yaml_error
 from sro.nfd.expressions import parse_expr, scalar
 from sro.nfd.legacy import parse_legacy
-from sro.nfd.model import FEATURES, FLAG, Rule, RuleError, Taint, Term, reserved_namespace
+from sro.nfd.model import FEATURES, FLAG, Rule, RuleError, Taint, Term, refuse_unknown, reserved_namespace
 from sro.nfd.templating import compile_template
 
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -86,9 +86,7 @@ def parse_rule(doc: object, path: str, *, nodefeaturerule: bool = False) -> Rule
         return parse_legacy(doc, name, path)
     known = {"name", "labels", "labelsTemplate", "vars", "varsTemplate", "matchFeatures", "matchAny",
              "annotations", "taints", "extendedResources"}  # fmt: skip
-    for key in doc:
-        if key not in known:
-            raise RuleError(f"{path}.{key}", "unknown field")
+    refuse_unknown(doc, known, path)
     if not nodefeaturerule:
         for key in ("annotations", "taints", "extendedResources", "varsTemplate"):
             if doc.get(key):
@@ -144,9 +142,7 @@ def _taints(value: object, path: str) -> tuple[Taint, ...]:
         where = f"{path}[{i}]"
         if not isinstance(item, Mapping):
             raise RuleError(where, "expected a mapping with `key`, `effect` and optionally `value`")
-        for k in item:
-            if k not in ("key", "value", "effect"):
-                raise RuleError(f"{where}.{k}", "unknown field")
+        refuse_unknown(item, ("key", "value", "effect"), where)
         key = item.get("key")
         if not isinstance(key, str) or not key:
             raise RuleError(f"{where}.key", "required: a non-empty string")
@@ -190,9 +186,7 @@ def _terms(value: object, path: str, any_feature: bool = False) -> tuple[Term, .
 def _term(doc: object, path: str, any_feature: bool = False) -> Term:
     if not isinstance(doc, Mapping):
         raise RuleError(path, "expected a mapping with `feature` and `matchExpressions`")
-    for key in doc:
-        if key not in ("feature", "matchExpressions", "matchName"):
-            raise RuleError(f"{path}.{key}", "unknown field")
+    refuse_unknown(doc, ("feature", "matchExpressions", "matchName"), path)
     feature = doc.get("feature")
     if any_feature and isinstance(feature, str) and feature.strip():
         feature = feature.strip()

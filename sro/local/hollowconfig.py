@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from sro.api.names import DEVICE_PLUGIN_VALIDATION, DRIVER_VALIDATION, NFD_PREFIX, STATE_NAMES
+from sro.api.yamltext import yaml_error
 from sro.local.pki import CertSpec
 
 VALIDATION_STATES = (DRIVER_VALIDATION, DEVICE_PLUGIN_VALIDATION)  # run-to-completion pods
@@ -217,7 +218,7 @@ def parse_config(text: str) -> HollowConfig:
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise HollowConfigError(f"not valid YAML: {str(e).splitlines()[0]}") from e
+        raise HollowConfigError(f"not valid YAML: {yaml_error(e)}") from e
     doc = doc or {}
     if not isinstance(doc, Mapping):
         raise HollowConfigError("expected a mapping at the top")

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from sro.api.yamltext import yaml_error
 from sro.host.reading import Problem
 from sro.nfd.model import Rule
 from sro.nfd.rules import parse_rules
@@ -139,7 +140,7 @@ def parse_config(text: str, where: str = "config") -> Config:
     try:
         doc = yaml.safe_load(text) if text.strip() else {}
     except yaml.YAMLError as e:
-        f.bad("(document)", f"not valid YAML ({str(e).splitlines()[0]}); using all defaults")
+        f.bad("(document)", f"not valid YAML ({yaml_error(e)}); using all defaults")
         return Config(problems=tuple(f.problems))
     if doc is None:
         doc = {}

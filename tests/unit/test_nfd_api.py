@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from sro.api.nfd_crds import MATCH_OPS, node_feature_crd, node_feature_rule_crd
-from sro.api.nfd_crds import MATCH_OPS as OPS
 from sro.install.objects import objects
+from sro.nfd.expressions import NO_VALUES, NUMERIC, parse_expr
 from sro.nfd.matching import FeatureSet
-from sro.nfd.model import Taint
+from sro.nfd.model import RuleError, Taint
 from sro.nfd.nodefeatures import merge, to_spec
 from sro.nfd.rules import parse_rules
 
@@ -101,9 +101,30 @@ def test_crds_are_nfds_group_kinds_and_scopes_and_installed() -> None:
     ]["items"]
     assert set(rule["properties"]) == {"name", "labels", "labelsTemplate", "annotations", "extendedResources",
                                        "taints", "vars", "varsTemplate", "matchFeatures", "matchAny"}  # fmt: skip
-    assert tuple(MATCH_OPS) == OPS  # the schema's enum is the parser's
+    # the schema's enum of `op` is what the parser accepts: every listed op parses, nothing else does
+    op_enums = _op_enums(rule)
+    assert op_enums and all(e == list(MATCH_OPS) for e in op_enums)
+    for op in MATCH_OPS:
+        values = [] if op in NO_VALUES else [str(i + 1) for i in range(NUMERIC.get(op, 1))]
+        parse_expr({"op": op, "value": values}, "e")
+    with pytest.raises(RuleError):
+        parse_expr({"op": "Bogus", "value": ["x"]}, "e")
     installed = {o["metadata"]["name"] for o in objects() if o["kind"] == "CustomResourceDefinition"}
     assert installed >= {"nodefeatures.nfd.k8s-sigs.io", "nodefeaturerules.nfd.k8s-sigs.io"}
+
+
+def _op_enums(schema: Any) -> list[list[str]]:
+    """Every `enum` of a property named `op` anywhere in a schema."""
+    found: list[list[str]] = []
+    if isinstance(schema, dict):
+        for key, value in schema.items():
+            if key == "op" and isinstance(value, dict) and "enum" in value:
+                found.append(value["enum"])
+            found += _op_enums(value)
+    elif isinstance(schema, list):
+        for item in schema:
+            found += _op_enums(item)
+    return found
 
 
 def _fits(schema: Any, value: Any, path: str = "") -> list[str]:

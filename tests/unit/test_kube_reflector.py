@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from sro.operator.cluster.cache import ClusterCache
 from sro.kube.reflector import RESYNC, ListWatchError, Reflector
+from sro.operator.cluster.cache import ClusterCache
 
 pytestmark = pytest.mark.timeout(30)
 

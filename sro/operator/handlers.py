@@ -1,7 +1,8 @@
 """kopf glue: one daemon per SpecialResource runs reconcile passes; events wake it; a finalizer cleans up.
 
-Thin on purpose: a pass is `observe` (sro/kube) → `reconcile` (pure) → `carry_out` (sro/kube). The
-daemon sleeps until the plan's requeue time or until a pod of its SpecialResource, or what the
+Thin on purpose: a pass is `observe` (sro/operator/cluster) → `reconcile` (pure) → `carry_out`
+(sro/operator/cluster); a deleted SpecialResource is `remains` → `teardown.plan` (pure) → the same
+`carry_out`. The daemon sleeps until the plan's requeue time or until a pod of its SpecialResource, or what the
 reconcile reads of a node (`nodewatch`: its selection, kernel/OS and sro labels, taints, cordon),
 changes — so a state that becomes ready on a node is acted on within a second, a thousand kubelets'
 status updates wake nothing, and nothing polls faster than it must. Nodes and pods are watched once

@@ -25,7 +25,7 @@ from sro.operator.plan import NodeEvent, NodePatch, Plan, merge
 from sro.operator.release import release
 from sro.operator.rendering import Context, RenderError, Term
 from sro.operator.states import STATES, DriverState, State, ValidationState
-from sro.operator.status import NodeRow, build_status
+from sro.operator.status import NodeRow, build_status, without_empty
 from sro.operator.upgrade.adapter import as_patch, release_upgrade, upgrades, with_upgrade
 from sro.operator.upgrade.machine import UpgradePlan
 from sro.operator.walk import walk
@@ -113,9 +113,9 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
     state_modes = {s.name: ("enabled" if s in chain else "disabled") for s in STATES}
     status = build_status(sr, rows, state_modes, _counts(rows, chain), recipe.resource, now)
     if spec.partitioning.quotas:
-        status["quotas"] = partitioning.quota_rows(spec, recipe, obs.quotas, obs.namespaces)
+        status["quotas"] = without_empty(partitioning.quota_rows(spec, recipe, obs.quotas, obs.namespaces))
     if upgrading is not None and (upgrading.summary.get("nodes") or upgrading.summary.get("blocked")):
-        status["driverUpgrade"] = dict(upgrading.summary)
+        status["driverUpgrade"] = without_empty(upgrading.summary)
     busy = any(not r.validated for r in rows) or bool(create_pods or delete_pods or patches or evict)
     busy = busy or (upgrading is not None and upgrading.busy)
     return Plan(

@@ -50,8 +50,22 @@ class NodeRow:
             out["log"] = tail_bytes(self.log, LOG_LIMIT)
         if self.upgrade:
             out["upgrade"] = dict(self.upgrade)
-        # lightkube sends "" as null, which the schema (rightly) refuses: leave empty fields out
-        return {k: v for k, v in out.items() if v != ""}
+        row: dict[str, Any] = without_empty(out)
+        return row
+
+
+def without_empty(value: Any) -> Any:
+    """`value` with every empty string left out (keys in objects, items in lists), at every depth.
+
+    Why: Kubernetes 1.20's OpenAPI validator, built with Go >= 1.16, takes any zero value for null
+    (kubernetes#99804, fixed in 1.21 by kube-openapi#230) and refuses "" where the schema says
+    string, so a status carrying one is never written there. A status never depends on how an API
+    server treats "": an absent key reads as empty (`.get(key, "")`) everywhere the status is read."""
+    if isinstance(value, Mapping):
+        return {k: without_empty(v) for k, v in value.items() if v != ""}
+    if isinstance(value, list | tuple):
+        return [without_empty(v) for v in value if v != ""]
+    return value
 
 
 def tail_bytes(text: str, limit: int) -> str:
@@ -130,14 +144,17 @@ def build_status(
                 now,
             ),
         ]
-    return {
-        "ready": conditions[0]["status"],
-        "resource": resource,
-        "observedGeneration": sr.generation,
-        "nodeCount": len(rows),
-        "validatedCount": validated,
-        "stateCounts": dict(counts),
-        "states": dict(states),
-        "conditions": conditions,
-        "nodes": [r.to_status() for r in sorted(rows, key=lambda r: (r.validated, r.name))],
-    }
+    status: dict[str, Any] = without_empty(
+        {
+            "ready": conditions[0]["status"],
+            "resource": resource,
+            "observedGeneration": sr.generation,
+            "nodeCount": len(rows),
+            "validatedCount": validated,
+            "stateCounts": dict(counts),
+            "states": dict(states),
+            "conditions": conditions,
+            "nodes": [r.to_status() for r in sorted(rows, key=lambda r: (r.validated, r.name))],
+        }
+    )
+    return status

@@ -21,12 +21,11 @@ from pathlib import Path
 from sro.api.names import RUNTIME_LAUNCHER, simulated_opt_in_label
 from sro.api.recipes import SIMULATED_GPU
 from sro.console.progress import Progress
-from sro.local import cleanup, supervisor
+from sro.local import cleanup, kubebuild, supervisor
 from sro.local.components import ApiLimits, Component, NodeFacts, admin_kubeconfig, components
 from sro.local.hollow import HollowNodes
 from sro.local.hostsetup import enable_forwarding, ensure_launcher
 from sro.local.images import ensure_base_images
-from sro.local.kubebuild import ensure_kubernetes
 from sro.local.layout import KUBERNETES_SERVICE_IP, RUNTIME_HANDLER, Layout
 from sro.local.pki import cert_specs, ensure_pki
 
@@ -172,6 +171,14 @@ class LocalCluster:
                 out.append(comp.name)
         return out
 
+    def _binaries_replaced(self) -> bool:
+        """Whether `up` has new binaries to run: the build cache lacks something (e.g. a binary built
+        before a source fix it now carries) or a running daemon's binary has been rebuilt since."""
+        if kubebuild.verify(self.layout.kube_cache(kubebuild.cache_key())) is not None:
+            return True
+        procs = (supervisor.running(self.layout, c.name) for c in self._components(self.layout.bin))
+        return any(p is not None and supervisor.binary_replaced(p.pid) for p in procs)
+
     # ---- hollow nodes ----------------------------------------------------------------------------
     def hollow(self) -> HollowNodes:
         return HollowNodes(self.layout, self.layout.bin)
@@ -180,7 +187,7 @@ class LocalCluster:
         self, count: int | None, config_text: str | None, progress: Progress = _quiet
     ) -> list[str]:
         """`count` hollow nodes (None: as many as run now) with the config (None: the saved one)."""
-        bindir = ensure_kubernetes(self.layout, progress)  # builds kubemark into an older cache
+        bindir = kubebuild.ensure_kubernetes(self.layout, progress)  # builds kubemark into an older cache
         self._install_tools(bindir)
         hollow = HollowNodes(self.layout, bindir)
         if count is None:
@@ -260,14 +267,14 @@ class LocalCluster:
 
     def ensure_up(self, progress: Progress = _quiet) -> bool:
         """Bring the cluster up unless it already runs healthy; returns whether anything was started."""
-        if self.is_healthy() and not self._flags_changed():
+        if self.is_healthy() and not self._flags_changed() and not self._binaries_replaced():
             progress("Local cluster already running and healthy")
             return False
         return self.up(progress)
 
     def up(self, progress: Progress = _quiet) -> bool:
         self.preflight()
-        bindir = ensure_kubernetes(self.layout, progress)
+        bindir = kubebuild.ensure_kubernetes(self.layout, progress)
         self._install_tools(bindir)
         for d in (
             self.layout.state,
@@ -293,9 +300,12 @@ class LocalCluster:
                     flags = " ".join(self.api_limits().flags()) or "the default API rate limits"
                     progress(f"{comp.name}: restarting with {flags}")
                     supervisor.stop(self.layout, comp.name)
-                elif supervisor.running(self.layout, comp.name) is not None:
-                    self._wait_healthy(comp, progress, already=True)
-                    continue
+                elif (proc := supervisor.running(self.layout, comp.name)) is not None:
+                    if not supervisor.binary_replaced(proc.pid):
+                        self._wait_healthy(comp, progress, already=True)
+                        continue
+                    progress(f"{comp.name}: restarting on its rebuilt binary")
+                    supervisor.stop(self.layout, comp.name)
                 if supervisor.stale_pidfile(self.layout, comp.name):
                     progress(f"{comp.name}: removing the stale pid file of an earlier run")
                     self.layout.pidfile(comp.name).unlink()

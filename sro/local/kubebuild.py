@@ -90,6 +90,19 @@ def _package_version(package: str) -> str:
 # Source fixes of our own, each (file, text, replacement, why); their tag is recorded per binary in
 # the manifest, so a cached binary built without a fix is rebuilt on its own.
 SOURCE_FIXES: dict[str, tuple[tuple[str, str, str, str], ...]] = {
+    "kube-apiserver": (
+        (
+            # kubernetes#99804, fixed upstream in 1.21 by kube-openapi#230: built with Go >= 1.16,
+            # reflect.Zero shares one zero value, so this DeepEqual of two reflect.Values became true
+            # for every zero value and the validator took "" (or 0, false) for null: a custom resource
+            # with an empty string where its schema says string was refused ("must be of type
+            # string: null"), which real clusters accept
+            "vendor/k8s.io/kube-openapi/pkg/validation/validate/type.go",
+            "\tif data == nil || reflect.DeepEqual(reflect.Zero(reflect.TypeOf(data)), reflect.ValueOf(data)) {\n",
+            "\tif data == nil {\n",
+            "custom resources accept zero values (empty strings) as upstream does",
+        ),
+    ),
     "kubemark": (
         (
             "pkg/kubemark/hollow_kubelet.go",
@@ -183,8 +196,9 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def verify(cache_dir: Path, names: tuple[str, ...] = KUBE_BINARIES) -> str | None:
-    """None when the cache is complete and intact (for `names`), else what is wrong with it."""
+def verify(cache_dir: Path, names: tuple[str, ...] = KUBE_BINARIES, fixes: bool = True) -> str | None:
+    """None when the cache is complete and intact (for `names`), else what is wrong with it; with
+    `fixes`, a binary built without the current source fixes is wrong too."""
     manifest = cache_dir / "manifest.json"
     if not manifest.exists():
         return "no manifest"
@@ -192,25 +206,26 @@ def verify(cache_dir: Path, names: tuple[str, ...] = KUBE_BINARIES) -> str | Non
         sums = json.loads(manifest.read_text())["sha256"]
     except (ValueError, KeyError) as e:
         return f"manifest unreadable: {e}"
-    fixes = json.loads(manifest.read_text()).get("fixes", {})
+    built_with = json.loads(manifest.read_text()).get("fixes", {})
     for name in (*names, "pause.c"):
         path = cache_dir / ("bin" if name != "pause.c" else "src") / name
         if not path.exists():
             return f"{path} missing"
         if _sha256(path) != sums.get(name):
             return f"{path} corrupted (checksum differs from the manifest)"
-        if fixes.get(name, "") != fix_tag(name):
+        if fixes and built_with.get(name, "") != fix_tag(name):
             return f"{path} built without the current source fixes"
     return None
 
 
-def missing_additions(cache_dir: Path) -> tuple[str, ...]:
-    """The added binaries an otherwise intact cache lacks (or holds broken): they are built into it.
-    Empty when the cache is complete, or broken in a way only a rebuild mends."""
+def to_build_alone(cache_dir: Path) -> tuple[str, ...]:
+    """The binaries an otherwise intact cache must have built on their own: added ones it lacks (or
+    holds broken), and any built without the current source fixes (a new fix rebuilds only its
+    binary). Empty when the cache is complete, or broken in a way only a whole rebuild mends."""
     core = tuple(b for b in KUBE_BINARIES if b not in ADDED_BINARIES)
-    if verify(cache_dir, core) is not None:
+    if verify(cache_dir, core, fixes=False) is not None:
         return ()
-    return tuple(b for b in ADDED_BINARIES if verify(cache_dir, (b,)) is not None)
+    return tuple(b for b in KUBE_BINARIES if verify(cache_dir, (b,)) is not None)
 
 
 def ensure_kubernetes(layout: Layout, progress: Progress) -> Path:
@@ -223,7 +238,7 @@ def ensure_kubernetes(layout: Layout, progress: Progress) -> Path:
         problem = verify(cache_dir)  # another `up` may have built it while we waited
         if problem is None:
             return cache_dir / "bin"
-        added = missing_additions(cache_dir)
+        added = to_build_alone(cache_dir)
         if added:
             progress(
                 f"Kubernetes cache {cache_dir} needs {', '.join(added)} built (missing, or without the current source fixes); building only that"

@@ -51,6 +51,15 @@ def running(layout: Layout, name: str) -> Running | None:
     return Running(pid, started) if _start_time(pid) == started else None
 
 
+def binary_replaced(pid: int) -> bool:
+    """Whether the process runs a binary that has since been replaced on disk (a rebuild with a new
+    source fix renames a new file over it): the kernel marks its exe link "(deleted)"."""
+    try:
+        return os.readlink(f"/proc/{pid}/exe").endswith(" (deleted)")
+    except OSError:
+        return False
+
+
 def stale_pidfile(layout: Layout, name: str) -> bool:
     return layout.pidfile(name).exists() and running(layout, name) is None
 

@@ -143,24 +143,24 @@ def test_a_second_build_waits_for_the_first(tmp_path: Path) -> None:
 # ---- binaries added after a cache was made: built into it, never a whole rebuild ------------------
 def test_a_cache_without_an_added_binary_is_completed_not_rebuilt(tmp_path: Path) -> None:
     cache = _cache(tmp_path)
-    assert kubebuild.missing_additions(cache) == ()
+    assert kubebuild.to_build_alone(cache) == ()
     sums = json.loads((cache / "manifest.json").read_text())
     for name in ADDED_BINARIES:
         (cache / "bin" / name).unlink()
         del sums["sha256"][name]
     (cache / "manifest.json").write_text(json.dumps(sums))
     assert "kubemark missing" in (kubebuild.verify(cache) or "")
-    assert kubebuild.missing_additions(cache) == ADDED_BINARIES
+    assert kubebuild.to_build_alone(cache) == ADDED_BINARIES
     # a broken added binary is rebuilt on its own too
     (cache / "bin" / "kubemark").write_bytes(b"half")
-    assert kubebuild.missing_additions(cache) == ("kubemark",)
+    assert kubebuild.to_build_alone(cache) == ("kubemark",)
 
 
 def test_a_broken_core_binary_means_a_whole_rebuild(tmp_path: Path) -> None:
     cache = _cache(tmp_path)
     (cache / "bin" / "kubemark").unlink()
     (cache / "bin" / "kubelet").write_bytes(b"")
-    assert kubebuild.missing_additions(cache) == ()
+    assert kubebuild.to_build_alone(cache) == ()
 
 
 def test_a_binary_built_without_the_current_source_fix_is_rebuilt_on_its_own(tmp_path: Path) -> None:
@@ -169,7 +169,16 @@ def test_a_binary_built_without_the_current_source_fix_is_rebuilt_on_its_own(tmp
     del doc["fixes"]["kubemark"]  # a cache of the first kubemark build
     (cache / "manifest.json").write_text(json.dumps(doc))
     assert "without the current source fixes" in (kubebuild.verify(cache) or "")
-    assert kubebuild.missing_additions(cache) == ("kubemark",)
+    assert kubebuild.to_build_alone(cache) == ("kubemark",)
+
+
+def test_a_core_binary_built_without_a_new_fix_is_rebuilt_alone(tmp_path: Path) -> None:
+    cache = _cache(tmp_path)
+    doc = json.loads((cache / "manifest.json").read_text())
+    del doc["fixes"]["kube-apiserver"]  # a cache built before the apiserver's fix
+    (cache / "manifest.json").write_text(json.dumps(doc))
+    assert "without the current source fixes" in (kubebuild.verify(cache) or "")
+    assert kubebuild.to_build_alone(cache) == ("kube-apiserver",)
 
 
 def test_source_fixes_apply_to_the_source_or_refuse_a_changed_one(tmp_path: Path) -> None:
@@ -187,3 +196,16 @@ def test_source_fixes_apply_to_the_source_or_refuse_a_changed_one(tmp_path: Path
     (tmp_path / rel).write_text("func f() {}\n")  # upstream moved on
     with pytest.raises(kubebuild.BuildError, match="the source changed"):
         kubebuild.apply_source_fixes(tmp_path, ("kubemark",))
+
+
+def test_the_apiserver_takes_zero_values_for_values_not_null(tmp_path: Path) -> None:
+    # the vendored validator's line as Debian's 1.20 source has it (kubernetes#99804)
+    (rel, old, _new, _why) = kubebuild.SOURCE_FIXES["kube-apiserver"][0]
+    assert rel.endswith("kube-openapi/pkg/validation/validate/type.go")
+    path = tmp_path / rel
+    path.parent.mkdir(parents=True)
+    path.write_text(f"func (t *typeValidator) Validate(data interface{{}}) *Result {{\n{old}\t}}\n}}\n")
+    assert len(kubebuild.apply_source_fixes(tmp_path, ("kube-apiserver",))) == 1
+    fixed = path.read_text()
+    assert "\tif data == nil {\n" in fixed and "reflect.Zero" not in fixed
+    assert kubebuild.fix_tag("kube-apiserver") and kubebuild.fix_tag("kubelet") == ""

@@ -13,6 +13,7 @@ from sro.api.recipes import NVIDIA_GPU, SIMULATED_GPU, Recipe
 from sro.node.runtime import cdi
 from sro.node.runtime.inventory import DeviceNode, DriverInventory, FileMount
 from sro.node.runtime.specedits import HookCommand
+from tests.golden_files import update_goldens
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "cdi"
 HOOK = HookCommand("/opt/sro/venv/bin/python", ("--recipe", "x"), root="/opt/sro/site-packages")
@@ -57,7 +58,7 @@ NV_INV = DriverInventory(
 
 def _check_golden(name: str, text: str) -> None:
     path = GOLDEN / name
-    if os.environ.get("SRO_UPDATE_GOLDEN") == "1":
+    if update_goldens():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     assert path.exists(), f"{path} missing: run with SRO_UPDATE_GOLDEN=1 and review it"

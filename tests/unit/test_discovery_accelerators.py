@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from sro.host.root import HostRoot
 from sro.node.discovery.accelerators import family, gfd_labels, sanitise
 from sro.node.discovery.commands import discover
 from sro.node.discovery.config import Config
+from tests.golden_files import update_goldens
 
 GOLDEN = Path(__file__).resolve().parent.parent / "hosts" / "nvidia-8gpu" / "expected-gfd-labels.txt"
 
@@ -30,7 +30,7 @@ def test_eight_a100s_golden() -> None:
         [a100(i) for i in range(8)], NVIDIA_GPU, driver_version="535.104.05", machine="DGXA100"
     )
     text = "".join(f"{k}={v}\n" for k, v in sorted(labels.items()))
-    if os.environ.get("SRO_UPDATE_GOLDEN") == "1":
+    if update_goldens():
         GOLDEN.write_text(text)
     assert text == GOLDEN.read_text()
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB"

@@ -6,7 +6,6 @@ Besides the exact labels, every key and value is checked against NFD's documente
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from sro.host.reading import Recording
 from sro.host.root import HostRoot
 from sro.node.discovery.commands import discover
 from sro.node.discovery.config import Config, parse_config
+from tests.golden_files import update_goldens
 
 HOSTS = Path(__file__).resolve().parent.parent / "hosts"
 SCENARIOS = sorted(p.parent.name for p in HOSTS.glob("*/root"))
@@ -57,7 +57,7 @@ def test_golden_labels(scenario: str, conf: str | None) -> None:
     assert labeling.problems == ()
     golden = base / ("expected-labels.txt" if conf is None else f"expected-labels.{Path(conf).stem}.txt")
     text = render(dict(labeling.labels))
-    if os.environ.get("SRO_UPDATE_GOLDEN") == "1":
+    if update_goldens():
         golden.write_text(text)
     assert text == golden.read_text(), f"labels differ from {golden} (SRO_UPDATE_GOLDEN=1 rewrites it)"
 

@@ -8,7 +8,6 @@ for dcgm-exporter's label names, and for simulated="true" on every device series
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sro.devices import driverstate
+from tests.golden_files import update_goldens
 from tests.unit.exporter_support import Clock, FakeKubelet, collector, driver_root
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "exporter"
@@ -42,7 +42,7 @@ def tmp() -> Iterator[Path]:
 
 def check_golden(name: str, text: str) -> None:
     golden = GOLDEN / f"{name}.txt"
-    if os.environ.get("SRO_UPDATE_GOLDEN") == "1":
+    if update_goldens():
         golden.parent.mkdir(parents=True, exist_ok=True)
         golden.write_text(text)
     assert text == golden.read_text(), f"exposition differs from {golden} (SRO_UPDATE_GOLDEN=1 rewrites it)"

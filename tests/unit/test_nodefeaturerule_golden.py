@@ -9,7 +9,6 @@ extended resources, taints — and the problems reported. `SRO_UPDATE_GOLDEN=1` 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from sro.node.discovery.nodefeature import node_feature
 from sro.node.discovery.sources import scan
 from sro.operator.nodefeaturerules import plan
 from sro.operator.observed import NodeInfo
+from tests.golden_files import update_goldens
 
 TESTS = Path(__file__).resolve().parent.parent
 HOSTS = TESTS / "hosts"
@@ -54,7 +54,7 @@ def test_documented_rules_on_fake_hosts(scenario: str) -> None:
     got = outcome(scenario)
     text = yaml.safe_dump(got, sort_keys=False, default_flow_style=False)
     path = GOLDEN / f"{scenario}.yaml"
-    if os.environ.get("SRO_UPDATE_GOLDEN") == "1":
+    if update_goldens():
         path.write_text(text)
     assert path.exists(), f"{path} missing: run with SRO_UPDATE_GOLDEN=1 and review it"
     assert text == path.read_text()

@@ -6,7 +6,6 @@ A golden is what the command prints — notes as `# note:` lines, then the objec
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from click.testing import CliRunner
 from sro.cli import cli
 from sro.nodepools.generating import documents, generate, to_yaml
 from sro.nodepools.request import PoolRequest, parse_label, parse_taint
+from tests.golden_files import update_goldens
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "nodepool"
 SOURCES = GOLDEN / "sources"
@@ -90,7 +90,7 @@ def test_golden(case: str) -> None:
     pool = generate(load(source), request(args))
     text = "".join(f"# note: {n}\n" for n in pool.notes) + to_yaml(pool.objects)
     golden = GOLDEN / f"{case}.yaml"
-    if os.environ.get("SRO_UPDATE_GOLDEN") == "1":
+    if update_goldens():
         golden.write_text(text)
     assert golden.exists(), f"{golden} missing: run with SRO_UPDATE_GOLDEN=1 and review it"
     assert text == golden.read_text(), f"{case} differs from {golden} (SRO_UPDATE_GOLDEN=1 rewrites it)"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from click.testing import CliRunner
 from sro.cli import cli
 from sro.install.objects import objects
 from sro.openshift import bundle as b
+from tests.golden_files import update_goldens
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "bundle"
 VERSION = "0.1.0"
@@ -61,7 +61,7 @@ def _docs(d: Path) -> dict[str, dict[str, Any]]:
 
 def test_golden(bundle_dir: Path) -> None:
     got = _read(bundle_dir)
-    if os.environ.get("SRO_UPDATE_GOLDEN"):
+    if update_goldens():
         if GOLDEN.exists():
             for p in GOLDEN.rglob("*.yaml"):
                 p.unlink()

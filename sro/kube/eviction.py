@@ -42,7 +42,7 @@ class EvictionResult:
 def version_from_discovery(doc: dict[str, Any]) -> str:
     """`policy/v1` or `policy/v1beta1`, from the core API's resource list (`GET /api/v1`)."""
     for res in doc.get("resources") or ():
-        if res.get("name") == "pods/eviction":
+        if isinstance(res, dict) and res.get("name") == "pods/eviction":
             group, version = res.get("group") or "policy", res.get("version") or "v1beta1"
             return f"{group}/{version}"
     return DEFAULT_VERSION
@@ -59,7 +59,10 @@ class Evictor:
         if not self.version:
             resp = await lightkube_http(self.client).get("/api/v1")
             resp.raise_for_status()
-            self.version = version_from_discovery(resp.json())
+            doc = resp.json()  # ValueError when the answer is not JSON
+            if not isinstance(doc, dict):
+                raise ValueError(f"discovery answered {type(doc).__name__}, not a resource list")
+            self.version = version_from_discovery(doc)
             log.info("evicting pods with %s Eviction", self.version)
         return self.version
 
@@ -73,7 +76,7 @@ class Evictor:
             resp = await lightkube_http(self.client).post(
                 f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", json=body
             )
-        except httpx.HTTPError as e:
+        except (httpx.HTTPError, ValueError) as e:  # discovery too: asked again on the next eviction
             return EvictionResult(False, f"eviction of {namespace}/{name} failed: {e}")
         if resp.status_code in (200, 201, 404):  # 404: gone already
             return EvictionResult(True)

@@ -7,10 +7,12 @@ driver upgrade waiting; the two never import each other, so the format is a cont
 The summary is compact JSON on one line, at most `MAX_MESSAGE` bytes (the kubelet's limit on a
 termination message), ASCII only:
 
-    {"holders": [{"pid": 4242, "command": "python3 train.py", "holds": "/dev/sro-simgpu0, libsimgpu.so.1",
+    {"holders": [{"pid": 4242, "exe": "python3.11", "holds": "/dev/sro-simgpu0, libsimgpu.so.1",
                   "podUID": "0c6e..."}], "more": 2, "unreadable": [1]}
 
-`podUID` is there when the process runs in a Kubernetes pod (from its cgroup); `more` counts holders
+`exe` is the name of the process's executable, never its command line: the summary goes into the
+SpecialResource's status and events, which many can read, and arguments can hold secrets (tokens,
+passwords on a command line). `podUID` is there when the process runs in a Kubernetes pod (from its cgroup); `more` counts holders
 left out to stay under the limit; `unreadable` lists (at most `MAX_UNREADABLE`) pids of processes
 that could not be inspected, so "nothing found" is not proven. Each is left out when empty.
 """
@@ -30,7 +32,7 @@ EXIT_INCONCLUSIVE = 4  # none found, but some processes could not be inspected (
 
 TERMINATION_LOG = "/dev/termination-log"  # where the scan pod writes the summary (its message path)
 MAX_MESSAGE = 4096
-MAX_COMMAND = 200  # characters of a command line kept in the summary
+MAX_EXECUTABLE = 100  # characters of an executable's name kept in the summary
 MAX_UNREADABLE = 20  # pids of processes that could not be inspected, kept in the summary
 HOLDS_SEPARATOR = ", "
 
@@ -40,7 +42,7 @@ class Holder:
     """One process that holds a driver: its device nodes (`/dev/...`) and library file names."""
 
     pid: int
-    command: str
+    executable: str  # the name of its executable (`python3.11`), no path, no arguments
     holds: tuple[str, ...]
     pod_uid: str = ""
 
@@ -58,12 +60,12 @@ class Summary:
         return EXIT_INCONCLUSIVE if self.unreadable else EXIT_FREE
 
 
-def _short(command: str) -> str:
-    return command if len(command) <= MAX_COMMAND else command[: MAX_COMMAND - 3] + "..."
+def _short(name: str) -> str:
+    return name if len(name) <= MAX_EXECUTABLE else name[: MAX_EXECUTABLE - 3] + "..."
 
 
 def _entry(h: Holder) -> dict[str, Any]:
-    out: dict[str, Any] = {"pid": h.pid, "command": _short(h.command), "holds": HOLDS_SEPARATOR.join(h.holds)}
+    out: dict[str, Any] = {"pid": h.pid, "exe": _short(h.executable), "holds": HOLDS_SEPARATOR.join(h.holds)}
     if h.pod_uid:
         out["podUID"] = h.pod_uid
     return out
@@ -94,7 +96,7 @@ def from_message(text: str) -> Summary:
         holders = tuple(
             Holder(
                 pid=int(e["pid"]),
-                command=str(e.get("command", "")),
+                executable=_short(str(e.get("exe", ""))),  # a "command" (older scans) is dropped
                 holds=tuple(x for x in str(e.get("holds", "")).split(HOLDS_SEPARATOR) if x),
                 pod_uid=str(e.get("podUID", "")),
             )

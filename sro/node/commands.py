@@ -72,7 +72,7 @@ def holders(
       1  the scan could not run (the message says why)
       3  something holds it (listed)
       4  nothing found, but some processes could not be inspected
-    The summary for --termination-log: {"holders":[{"pid":N,"command":"..","holds":"/dev/x, libx.so.1",
+    The summary for --termination-log: {"holders":[{"pid":N,"exe":"..","holds":"/dev/x, libx.so.1",
     "podUID":".."}],"more":N,"unreadable":[pids]} (podUID, more, unreadable only when there are any).
     """
     from sro.api import holders as contract
@@ -96,15 +96,15 @@ def holders(
         doc = {
             "recipe": recipe.name,
             "holders": [
-                {"pid": h.pid, "command": h.command, "holds": list(h.holds), "podUID": h.pod_uid or None}
+                {"pid": h.pid, "exe": h.executable, "holds": list(h.holds), "podUID": h.pod_uid or None}
                 for h in found.holders
             ],
             "unreadable": list(found.unreadable),
         }
         click.echo(json.dumps(doc, indent=2))
     elif found.holders:
-        rows = [("PID", "POD", "HOLDS", "COMMAND")]
-        rows += [(str(h.pid), h.pod_uid or "-", ", ".join(h.holds), h.command) for h in found.holders]
+        rows = [("PID", "POD", "HOLDS", "EXECUTABLE")]
+        rows += [(str(h.pid), h.pod_uid or "-", ", ".join(h.holds), h.executable) for h in found.holders]
         widths = [max(len(r[i]) for r in rows) for i in range(3)]
         for r in rows:
             click.echo("  ".join(c.ljust(w) for c, w in zip(r[:3], widths, strict=True)) + "  " + r[3])
@@ -117,6 +117,6 @@ def holders(
     if found.unreadable:
         click.echo(f"{len(found.unreadable)} processes could not be inspected:", err=True)
         for pid in found.unreadable[:10]:
-            click.echo(f"  {pid}  {scanning.command_of(str(proc_root), pid)[:100]}", err=True)
+            click.echo(f"  {pid}  {scanning.executable_of(str(proc_root), pid)[:100]}", err=True)
         click.echo("(run as root with CAP_SYS_PTRACE, in the host's PID namespace)", err=True)
     sys.exit(summary.exit_code)

@@ -112,13 +112,12 @@ def mapped_libraries(maps_text: str, targets: Targets) -> list[str]:
     return list(found)
 
 
-def command_line(cmdline: bytes, comm: str = "") -> str:
-    """/proc/<pid>/cmdline as one line (`[comm]` for a process without one, as ps shows them)."""
-    args = [a.decode(errors="replace") for a in cmdline.split(b"\0")]
-    while args and not args[-1]:
-        args.pop()
-    text = " ".join(args).replace("\n", " ").strip()
-    return text or f"[{comm.strip()}]"
+def executable_name(exe_target: str, comm: str = "") -> str:
+    """The name of a process's executable from its /proc/<pid>/exe link (`[comm]` where there is none:
+    a kernel thread, or a link the scan may not read). Never the command line: the name goes into
+    status and events, and arguments can hold secrets."""
+    name = os.path.basename(exe_target.removesuffix(" (deleted)")).replace("\n", " ").strip()
+    return name or f"[{comm.strip()}]"
 
 
 def pod_uid(cgroup_text: str) -> str:
@@ -261,10 +260,15 @@ def _read(path: str) -> bytes:
         return b""
 
 
-def command_of(proc_root: str, pid: int) -> str:
-    """The command line of `pid` (cmdline and comm are readable for every process)."""
+def executable_of(proc_root: str, pid: int) -> str:
+    """The executable's name of `pid` (its exe link, readable with ptrace; comm, readable for every
+    process, where not)."""
     base = os.path.join(proc_root, str(pid))
-    return command_line(_read(f"{base}/cmdline"), _read(f"{base}/comm").decode(errors="replace"))
+    try:
+        target = os.readlink(f"{base}/exe")
+    except OSError:
+        target = ""
+    return executable_name(target, _read(f"{base}/comm").decode(errors="replace"))
 
 
 def pids(proc_root: str) -> list[int]:
@@ -290,5 +294,5 @@ def scan(proc_root: str, targets: Targets, skip: Iterable[int] = ()) -> Scan:
         if not holds:
             continue
         uid = pod_uid(_read(os.path.join(proc_root, str(pid), "cgroup")).decode(errors="replace"))
-        holders.append(Holder(pid, command_of(proc_root, pid), tuple(holds), uid))
+        holders.append(Holder(pid, executable_of(proc_root, pid), tuple(holds), uid))
     return Scan(tuple(holders), tuple(unreadable))

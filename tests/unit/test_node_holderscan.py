@@ -64,9 +64,10 @@ def test_library_matching_by_glob_and_by_inode() -> None:
     assert holders.mapped_libraries(text, targets) == ["libsimgpu.so.1", "libsimgpu-ml.so.1"]
 
 
-def test_command_line_and_pod_uid() -> None:
-    assert holders.command_line(b"python3\0train.py\0--gpus\0\0") == "python3 train.py --gpus"
-    assert holders.command_line(b"", "kworker/0:1\n") == "[kworker/0:1]"
+def test_executable_name_and_pod_uid() -> None:
+    assert holders.executable_name("/usr/bin/python3.11") == "python3.11"
+    assert holders.executable_name("/opt/x/bench (deleted)", "bench") == "bench"
+    assert holders.executable_name("", "kworker/0:1\n") == "[kworker/0:1]"
     cgroupfs = f"12:devices:/kubepods/besteffort/pod{POD}/0123abcd\n0::/\n"
     systemd = f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{POD.replace('-', '_')}.slice/cri-containerd-ab.scope\n"
     static = "0::/kubepods/pod6b4f0a0c5f0e4d2a9c8b7a6f5e4d3c2b/ab12\n"
@@ -86,7 +87,7 @@ def test_simulated_devices_from_devices_json() -> None:
 
 
 class FakeProc:
-    """A /proc of hand-made processes: fd links, maps, cmdline, cgroup."""
+    """A /proc of hand-made processes: fd links, maps, cmdline, exe, cgroup."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -107,6 +108,7 @@ class FakeProc:
         (d / "maps").write_text(maps)
         (d / "cmdline").write_bytes(cmdline.replace(" ", "\0").encode() + b"\0")
         (d / "comm").write_text(cmdline.split()[0][:15] + "\n")
+        (d / "exe").symlink_to("/usr/bin/" + cmdline.split()[0])
         (d / "cgroup").write_text(cgroup)
         return d
 
@@ -132,7 +134,7 @@ def test_scan_finds_device_and_library_holders(node: tuple[FakeProc, Path, Path]
     lib = driver_root / "lib" / "libsimgpu.so.1"
     st = lib.stat()
     by_inode = _maps_line("/elsewhere/x.so", f"{os.major(st.st_dev):x}:{os.minor(st.st_dev):x}", st.st_ino)
-    proc.process(100, "python3 train.py", {0: "/dev/zero", 3: "/dev/null", 4: "/dev/null"})
+    proc.process(100, "python3 train.py --token=s3cret", {0: "/dev/zero", 3: "/dev/null", 4: "/dev/null"})
     proc.process(200, "simgpu-bench", maps=by_inode, cgroup=f"0::/kubepods/besteffort/pod{POD}/c1\n")
     proc.process(300, "bash", {0: "/dev/zero", 1: "/nonexistent"}, maps=_maps_line("/usr/lib/libc.so.6"))
     proc.process(400, "both", {7: "/dev/null"}, maps=_maps_line("/lib/libsimgpu-ml.so.1 (deleted)"))
@@ -144,7 +146,7 @@ def test_scan_finds_device_and_library_holders(node: tuple[FakeProc, Path, Path]
     scan = holders.scan(str(proc.root), targets, skip={500})
     assert scan.unreadable == ()
     assert scan.holders == (
-        contract.Holder(100, "python3 train.py", ("/dev/sro-simgpu0",)),
+        contract.Holder(100, "python3", ("/dev/sro-simgpu0",)),
         contract.Holder(200, "simgpu-bench", ("libsimgpu.so.1",), POD),
         contract.Holder(400, "both", ("/dev/sro-simgpu0", "libsimgpu-ml.so.1")),
     )
@@ -183,9 +185,12 @@ def test_message_is_compact_and_bounded() -> None:
     back = contract.from_message(text)
     assert back.more == 40 - len(back.holders) > 0 and back.unreadable == (1,)
     assert back.holders[0].pid == 1000 and back.holders[0].holds == ("/dev/sro-simgpu0", "libsimgpu.so.1")
-    assert len(back.holders[0].command) == contract.MAX_COMMAND and back.exit_code == contract.EXIT_HELD
+    assert len(back.holders[0].executable) == contract.MAX_EXECUTABLE and back.exit_code == contract.EXIT_HELD
     one = contract.to_message([contract.Holder(7, "sh", ("/dev/x",), POD)])
-    assert json.loads(one) == {"holders": [{"pid": 7, "command": "sh", "holds": "/dev/x", "podUID": POD}]}
+    assert json.loads(one) == {"holders": [{"pid": 7, "exe": "sh", "holds": "/dev/x", "podUID": POD}]}
+    # an older scan's command line is not carried on into status and events
+    old = '{"holders":[{"pid":7,"command":"psql --password=s3cret","holds":"/dev/x"}]}'
+    assert contract.from_message(old).holders == (contract.Holder(7, "", ("/dev/x",)),)
     assert contract.from_message(contract.to_message([])).exit_code == contract.EXIT_FREE
     with pytest.raises(ValueError, match="not a holder summary"):
         contract.from_message("PASS: driver")
@@ -208,15 +213,17 @@ def test_cli_exit_codes_table_json_and_termination_log(
     assert "nothing holds the simulated-gpu driver" in r.output
     assert json.loads(log.read_text()) == {"holders": []}
 
-    proc.process(100, "python3 train.py --epochs 3", {3: "/dev/null"}, cgroup=f"0::/kubepods/pod{POD}/c\n")
+    proc.process(
+        100, "python3 train.py --password s3cret", {3: "/dev/null"}, cgroup=f"0::/kubepods/pod{POD}/c\n"
+    )
     r = runner.invoke(driver, _holders(proc, driver_root, dev_root, "--termination-log", str(log)))
     assert r.exit_code == contract.EXIT_HELD, r.output
     head, row = r.output.splitlines()
-    assert head.split() == ["PID", "POD", "HOLDS", "COMMAND"]
-    assert row.split() == ["100", POD, "/dev/sro-simgpu0", "python3", "train.py", "--epochs", "3"]
-    assert log.read_text().count("\n") == 1
+    assert head.split() == ["PID", "POD", "HOLDS", "EXECUTABLE"]
+    assert row.split() == ["100", POD, "/dev/sro-simgpu0", "python3"]
+    assert log.read_text().count("\n") == 1 and "s3cret" not in log.read_text()
     assert contract.from_message(log.read_text()).holders == (
-        contract.Holder(100, "python3 train.py --epochs 3", ("/dev/sro-simgpu0",), POD),
+        contract.Holder(100, "python3", ("/dev/sro-simgpu0",), POD),
     )
 
     r = runner.invoke(driver, [*_holders(proc, driver_root, dev_root), "--json"])
@@ -226,7 +233,7 @@ def test_cli_exit_codes_table_json_and_termination_log(
         "holders": [
             {
                 "pid": 100,
-                "command": "python3 train.py --epochs 3",
+                "exe": "python3",
                 "holds": ["/dev/sro-simgpu0"],
                 "podUID": POD,
             }

@@ -50,7 +50,7 @@ def read_scan(message: str) -> tuple[bool, str]:
         first = (message.strip().splitlines() or ["no output"])[0]
         return False, f"the holder scan failed: {first[:200]}"
     found = [
-        f"process {h.pid} ({h.command[:60]}) holds {', '.join(h.holds) or 'the device'}"
+        f"process {h.pid} ({h.executable[:60]}) holds {', '.join(h.holds) or 'the device'}"
         + (f" in pod {h.pod_uid}" if h.pod_uid else "")
         for h in summary.holders[:3]
     ]

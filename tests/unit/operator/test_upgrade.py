@@ -269,12 +269,12 @@ def test_no_pods_left_runs_the_holder_scan_on_the_node() -> None:
 
 def test_a_process_holding_the_device_blocks_with_its_pid_until_it_exits() -> None:
     n = node("a", record=rec(PODS_EVICTED))
-    message = '{"holders":[{"pid":4242,"command":"python3 hold.py","holds":"/dev/sro-simgpu0"}]}'
+    message = '{"holders":[{"pid":4242,"exe":"python3","holds":"/dev/sro-simgpu0"}]}'
     held = scan(sr(), n, "Failed", message=message, finished_at=NOW - timedelta(seconds=1))
     plan = run(sr(), facts(n, workloads=(), scan=held))
     record = plan.nodes["a"].record
     assert record is not None and record.state == PODS_EVICTED
-    assert "process 4242 (python3 hold.py) holds /dev/sro-simgpu0" in record.reason
+    assert "process 4242 (python3) holds /dev/sro-simgpu0" in record.reason
     assert plan.nodes["a"].events[-1][1] == "UpgradeBlocked"
     assert not plan.nodes["a"].delete_pods  # looked at again after a pause
     later = run(sr(), facts(n, workloads=(), scan=held), now=NOW + SCAN_RETRY)

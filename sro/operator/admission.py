@@ -1,5 +1,7 @@
 """Whether a SpecialResource can be deployed, and on which nodes: the spec parsed and checked,
-its recipe resolved, the older SpecialResource claiming the same resource, the node selection.
+its recipe resolved, the node selection, and which selected nodes an older SpecialResource holds
+for the same extended resource (refused on those nodes only: two SpecialResources of one recipe
+on disjoint node pools both deploy, as NVIDIA's NVIDIADriver does a driver version per pool).
 
 Why before the fold: a spec that cannot work deploys nothing and says why in its status (Degraded,
 with the field), so every refusal is decided here, from the records alone, before anything is
@@ -20,7 +22,7 @@ from sro.operator import partitioning
 from sro.operator.observed import NodeInfo, Observed, SpecialResourceInfo
 from sro.operator.plan import Plan
 from sro.operator.rendering import Term
-from sro.operator.status import build_status
+from sro.operator.status import REFUSED, build_status
 
 
 @dataclass(frozen=True)
@@ -62,15 +64,83 @@ def resolve_recipe(spec: SpecialResourceSpec, custom: Mapping[str, Any] | None) 
     return BUILTIN[spec.recipe]
 
 
-def conflict(sr: SpecialResourceInfo, recipe: Recipe, others: Sequence[SpecialResourceInfo]) -> str | None:
-    """The older SpecialResource claiming the same extended resource, if any: it wins."""
-    for other in others:
-        name = other.recipe
-        other_resource = BUILTIN[name].resource if name in BUILTIN else name
-        mine = recipe.resource if recipe.name in BUILTIN else recipe.name
-        if other_resource == mine and (other.created, other.name) < (sr.created, sr.name):
-            return other.name
-    return None
+@dataclass(frozen=True)
+class Claim:
+    """Another SpecialResource's hold: its extended resource on the nodes it selects."""
+
+    sr: str
+    created: str
+    resource: str
+    nodes: frozenset[str]
+
+
+def _raw_selector(spec: Mapping[str, Any]) -> dict[str, str] | None:
+    selector = spec.get("nodeSelector")
+    if not isinstance(selector, Mapping) or not selector:
+        return None
+    return (
+        dict(selector)
+        if all(isinstance(k, str) and isinstance(v, str) for k, v in selector.items())
+        else None
+    )
+
+
+def claim_of(
+    other: SpecialResourceInfo, recipes: Mapping[str, Mapping[str, Any] | None], nodes: Sequence[NodeInfo]
+) -> Claim | None:
+    """What `other` holds, read from its spec without parsing all of it: a claim counts even while
+    the rest of its spec does not parse (what it deployed before stays). A custom recipe is the one
+    its ConfigMap holds (`recipes`, by ConfigMap name) — a custom recipe announcing `nvidia.com/gpu`
+    claims what the built-in `nvidia-gpu` does; where that ConfigMap cannot be read, its last status
+    says what it held (resource and node rows)."""
+    config_map = other.spec.get("recipeConfigMap")
+    recipe: Recipe | None = None
+    if config_map:
+        found = recipes.get(str(config_map))
+        if found is not None:
+            try:
+                recipe = recipe_from_dict(found)
+            except RecipeError:
+                recipe = None
+    else:
+        recipe = BUILTIN.get(other.recipe)
+    resource = recipe.resource if recipe else str(other.status.get("resource") or "")
+    if not resource:
+        return None
+    selector = _raw_selector(other.spec)
+    terms = (selector,) if selector else recipe.default_node_selector_terms() if recipe else None
+    if terms is None:
+        rows = other.status.get("nodes") or ()
+        held = frozenset(
+            str(r["name"])
+            for r in rows
+            if isinstance(r, Mapping) and r.get("name") and r.get("state") != REFUSED
+        )
+    else:
+        held = frozenset(n.name for n in nodes if matches(n, terms))
+    return Claim(other.name, other.created, resource, held)
+
+
+def contested(
+    sr: SpecialResourceInfo, resource: str, selected: Sequence[NodeInfo], claims: Sequence[Claim]
+) -> dict[str, str]:
+    """The selected nodes an older SpecialResource (by creationTimestamp, then name) holds for the
+    same extended resource, each with the oldest such holder's name: only one device plugin may
+    announce a resource on a node, and each node goes to the oldest SpecialResource selecting it."""
+    older = sorted(
+        (c for c in claims if c.resource == resource and (c.created, c.sr) < (sr.created, sr.name)),
+        key=lambda c: (c.created, c.sr),
+    )
+    out: dict[str, str] = {}
+    for node in selected:
+        holder = next((c.sr for c in older if node.name in c.nodes), None)
+        if holder is not None:
+            out[node.name] = holder
+    return out
+
+
+def conflict_message(holder: str, resource: str) -> str:
+    return f"SpecialResource {holder!r} already manages {resource} on this node (the older one keeps it)"
 
 
 def admit(obs: Observed, namespace: str) -> Admitted | Refusal:
@@ -83,13 +153,6 @@ def admit(obs: Observed, namespace: str) -> Admitted | Refusal:
         partitioning.check(spec, recipe)
     except SpecError as e:
         return Refusal("SpecInvalid", str(e))
-    winner = conflict(sr, recipe, obs.others)
-    if winner:
-        return Refusal(
-            "ResourceConflict",
-            f"SpecialResource {winner!r} already manages {recipe.resource}; delete one of them",
-            recipe.resource,
-        )
     if spec.custom_manifests and obs.custom_manifests is None:
         return Refusal(
             "CustomManifestsMissing",

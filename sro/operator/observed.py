@@ -113,6 +113,8 @@ class Observed:
     owned: tuple[tuple[str, str], ...] = ()  # (kind, name) of objects that carry our label now
     custom_manifests: Mapping[str, str] | None = None  # the ConfigMap's data, None if none asked/found
     custom_recipe: Mapping[str, Any] | None = None  # recipe.yaml of spec.recipeConfigMap, parsed
+    # recipe.yaml of the other SpecialResources' recipeConfigMaps, parsed, by ConfigMap name
+    other_recipes: Mapping[str, Mapping[str, Any] | None] = field(default_factory=dict)
     image: str = ""  # the operator's own image: the default of every state
     namespaces: tuple[str, ...] = ()  # every namespace (quotas are made only where one exists)
     quotas: tuple[QuotaInfo, ...] = ()  # our ResourceQuotas, with their used / hard

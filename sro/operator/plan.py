@@ -69,5 +69,7 @@ class Plan:
     events: tuple[NodeEvent, ...] = ()
     rows: tuple[NodeRow, ...] = ()
     requeue: float = 30.0
-    deployable: bool = True  # False: the spec cannot work; nothing was planned but the status
+    # False: the spec cannot work (nothing was planned but the status), or every node it selects is
+    # held by an older SpecialResource (its nodes are released); the status says why
+    deployable: bool = True
     label_keys: frozenset[str] = frozenset()  # node label keys this reconcile read (what wakes it)

@@ -19,7 +19,16 @@ from typing import Any
 from sro.api.names import READY, state_label
 from sro.api.timestamps import now_utc
 from sro.operator import partitioning
-from sro.operator.admission import Refusal, admit, matches, refused, selection_terms
+from sro.operator.admission import (
+    Refusal,
+    admit,
+    claim_of,
+    conflict_message,
+    contested,
+    matches,
+    refused,
+    selection_terms,
+)
 from sro.operator.observed import NodeInfo, Observed, PodInfo
 from sro.operator.plan import NodeEvent, NodePatch, Plan, merge
 from sro.operator.release import release
@@ -52,9 +61,19 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
     )
     terms = selection_terms(spec, recipe)
     selected = [n for n in obs.nodes if matches(n, terms)]
+    # nodes an older SpecialResource holds for the same resource: refused here, listed in the status
+    claims = [c for o in obs.others if (c := claim_of(o, obs.other_recipes, obs.nodes)) is not None]
+    held = contested(sr, recipe.resource, selected, claims)
+    refused_rows = [
+        NodeRow(
+            name, reason="ResourceConflict", message=conflict_message(holder, recipe.resource), refused=True
+        )
+        for name, holder in sorted(held.items())
+    ]
+    selected = [n for n in selected if n.name not in held]
     chain: list[State] = [s for s in STATES if s.enabled(ctx)]
     try:
-        objects = _render(ctx, chain, selected, terms)
+        objects = _render(ctx, chain, selected, terms, sorted(held))
     except (RenderError, ValueError) as e:
         return refused(obs, Refusal("RenderFailed", str(e), recipe.resource))
 
@@ -111,7 +130,7 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
         )
     )
     state_modes = {s.name: ("enabled" if s in chain else "disabled") for s in STATES}
-    status = build_status(sr, rows, state_modes, _counts(rows, chain), recipe.resource, now)
+    status = build_status(sr, [*rows, *refused_rows], state_modes, _counts(rows, chain), recipe.resource, now)
     if spec.partitioning.quotas:
         status["quotas"] = without_empty(partitioning.quota_rows(spec, recipe, obs.quotas, obs.namespaces))
     if upgrading is not None and (upgrading.summary.get("nodes") or upgrading.summary.get("blocked")):
@@ -130,24 +149,48 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
         events=tuple(events),
         rows=tuple(rows),
         requeue=3.0 if busy else 30.0,
+        deployable=not (held and not selected),  # every node it selects is another's: Degraded
         label_keys=frozenset({*(k for t in terms for k in t), recipe.count_label}),
     )
 
 
 def _render(
-    ctx: Context, chain: Sequence[State], selected: Sequence[NodeInfo], terms: Sequence[Term]
+    ctx: Context,
+    chain: Sequence[State],
+    selected: Sequence[NodeInfo],
+    terms: Sequence[Term],
+    refused: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
-    """Every enabled state's cluster objects, each gated on the previous state's label."""
+    """Every enabled state's cluster objects, each gated on the previous state's label. The first
+    state is gated on the selector alone (the driver also on its revision label, which only the
+    nodes of this SpecialResource get): it leaves out the nodes another SpecialResource holds."""
     objects: list[dict[str, Any]] = []
     gate: Sequence[Term] = terms
-    for state in chain:
-        objects.extend(state.render(ctx, selected, gate))
+    for i, state in enumerate(chain):
+        rendered = state.render(ctx, selected, gate)
+        if i == 0 and refused:
+            for obj in rendered:
+                _exclude(obj, refused)
+        objects.extend(rendered)
         gate = [{state_label(ctx.sr, state.name): READY}]
     # Render one validation pod per validation state now, so a bad template is refused up front.
     for state in chain:
         if isinstance(state, ValidationState):
             state.pod(ctx, "node", "check")
     return objects
+
+
+def _exclude(obj: dict[str, Any], nodes: Sequence[str]) -> None:
+    """Every node selector term of a DaemonSet's (or pod's) affinity also says: none of `nodes`."""
+    pod_spec = (
+        obj.get("spec", {}).get("template", {}).get("spec") if obj["kind"] != "Pod" else obj.get("spec")
+    )
+    affinity = (pod_spec or {}).get("affinity") or {}
+    required = affinity.get("nodeAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution", {})
+    for term in required.get("nodeSelectorTerms") or ():
+        term.setdefault("matchFields", []).append(
+            {"key": "metadata.name", "operator": "NotIn", "values": list(nodes)}
+        )
 
 
 def _released(

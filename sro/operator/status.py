@@ -18,6 +18,8 @@ from sro.api.timestamps import stamp
 from sro.operator.observed import SpecialResourceInfo
 
 LOG_LIMIT = 1024
+# The row state of a selected node that an older SpecialResource holds for the same resource
+REFUSED = "refused"
 
 
 @dataclass(frozen=True)
@@ -33,8 +35,14 @@ class NodeRow:
     since: str = ""
     reached: Mapping[str, str] = field(default_factory=dict)
     upgrade: Mapping[str, Any] | None = None  # a driver upgrade under way on the node
+    refused: bool = False  # held by an older SpecialResource (reason/message say which)
 
     def to_status(self) -> dict[str, Any]:
+        if self.refused:
+            refused: dict[str, Any] = without_empty(
+                {"name": self.name, "state": REFUSED, "reason": self.reason, "message": self.message[:300]}
+            )
+            return refused
         if self.validated:
             short = {"name": self.name, "state": "validated", "since": self.since}
             return {**short, "upgrade": dict(self.upgrade)} if self.upgrade else short
@@ -94,6 +102,11 @@ def _summary(rows: Sequence[NodeRow], limit: int = 3) -> str:
     return "; ".join(parts) + more
 
 
+def _refused(rows: Sequence[NodeRow], limit: int = 3) -> str:
+    more = f" and {len(rows) - limit} more" if len(rows) > limit else ""
+    return ", ".join(f"{r.name} ({r.reason})" for r in rows[:limit]) + more
+
+
 def build_status(
     sr: SpecialResourceInfo,
     rows: Sequence[NodeRow],
@@ -103,8 +116,17 @@ def build_status(
     now: datetime,
     problem: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The whole status object; `problem` (reason, message) means nothing could be deployed."""
+    """The whole status object; `problem` (reason, message) means nothing could be deployed.
+
+    Refused rows (nodes an older SpecialResource holds) are listed but not counted: the
+    SpecialResource is Ready for its own nodes, and Degraded (their reason) only when every node it
+    selects is refused."""
     previous = sr.status.get("conditions") or []
+    refused = [r for r in rows if r.refused]
+    rows = [r for r in rows if not r.refused]
+    if refused and not rows and problem is None:
+        holders = sorted({r.message for r in refused})
+        problem = (refused[0].reason, f"every selected node is refused: {'; '.join(holders)[:300]}")
     validated = sum(1 for r in rows if r.validated)
     failed = [r for r in rows if r.failed]
     waiting = [r for r in rows if not r.validated and not r.failed]
@@ -125,6 +147,8 @@ def build_status(
             ready_c = ("NoMatchingNodes", "no node matches the node selector")
         else:
             ready_c = ("NodesNotValidated", f"{validated} of {len(rows)} nodes validated")
+        if refused:
+            ready_c = (ready_c[0], f"{ready_c[1]}; {len(refused)} node(s) refused: {_refused(refused)}")
         conditions = [
             _condition(previous, "Ready", ready, *ready_c, now),
             _condition(
@@ -154,7 +178,8 @@ def build_status(
             "stateCounts": dict(counts),
             "states": dict(states),
             "conditions": conditions,
-            "nodes": [r.to_status() for r in sorted(rows, key=lambda r: (r.validated, r.name))],
+            "nodes": [r.to_status() for r in sorted(rows, key=lambda r: (r.validated, r.name))]
+            + [r.to_status() for r in sorted(refused, key=lambda r: r.name)],
         }
     )
     return status

@@ -78,6 +78,9 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
         return refused(obs, Refusal("RenderFailed", str(e), recipe.resource))
 
     shaping = partitioning.objects(sr.name, sr.uid, spec, recipe, obs.namespaces)
+    all_refused = bool(held) and not selected
+    if all_refused:  # every node it selects is another's: nothing deployed (what it had is removed)
+        objects, shaping = [], []
     wanted = {(o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in shaping}
     stale_elsewhere = tuple(sorted(k for k in obs.owned_elsewhere if k not in wanted))
 
@@ -149,7 +152,7 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
         events=tuple(events),
         rows=tuple(rows),
         requeue=3.0 if busy else 30.0,
-        deployable=not (held and not selected),  # every node it selects is another's: Degraded
+        deployable=not all_refused,
         label_keys=frozenset({*(k for t in terms for k in t), recipe.count_label}),
     )
 

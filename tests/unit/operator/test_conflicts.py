@@ -97,7 +97,7 @@ def test_a_refused_node_that_was_ours_is_released() -> None:
 def test_every_node_refused_is_degraded_naming_the_older_one() -> None:
     first = sr(name="first", created=OLDER)
     plan = reconcile(observed([node("a")], others=(first,)), NS, NOW)
-    assert not plan.deployable
+    assert not plan.deployable and not plan.apply  # nothing deployed: no DaemonSet waits for a node
     degraded = cond(plan, "Degraded")
     assert degraded["status"] == "True" and degraded["reason"] == "ResourceConflict", degraded
     assert "'first' already manages sro.dev/simulated-gpu" in degraded["message"]

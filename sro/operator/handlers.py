@@ -63,6 +63,9 @@ class Operator:
         self.wake: dict[str, asyncio.Event] = {}
         self.nodes = NodeWatch()
         self._generations: dict[str, int] = {}
+        # the refusal last logged per SpecialResource (uid, reason, message): said once, not every
+        # pass, even while its status cannot be written (the pass is then retried every 3 s)
+        self._refusals: dict[str, tuple[str, str, str]] = {}
         io.cache.nodes.listeners.append(self.nodes.waking(self.poke))
         io.cache.pods.listeners.append(self.pod_event)
 
@@ -97,8 +100,15 @@ class Operator:
             log.info("%s: %s", name, line)
         if not plan.deployable:
             cond = plan.status["conditions"][-1]
-            if sr.status.get("conditions") != plan.status["conditions"]:
+            refusal = (sr.uid, cond["reason"], cond["message"])
+            if (
+                sr.status.get("conditions") != plan.status["conditions"]
+                and self._refusals.get(name) != refusal
+            ):
                 log.warning("%s: not deployed: %s: %s", name, cond["reason"], cond["message"])
+            self._refusals[name] = refusal
+        else:
+            self._refusals.pop(name, None)
         failures = await self.io.carry_out(sr, plan, observed.owned)
         metrics.record(name, plan.rows, [s for s, mode in plan.status["states"].items() if mode == "enabled"])
         metrics.record_upgrades(name, (plan.status.get("driverUpgrade") or {}).get("nodes") or {})

@@ -16,6 +16,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import replace
 from functools import partial
@@ -61,6 +62,7 @@ LOG_TAIL_LINES = 20
 # Pod creations and deletions and node patches of one plan run this many at a time: at 1,000 nodes
 # a step reaches every node, and one request after another would make a pass last minutes.
 CONCURRENCY = 16
+CONFIG_MAP_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # DNS-1123 subdomain
 
 
 class SpecialResourceIO:
@@ -122,6 +124,12 @@ class SpecialResourceIO:
         )
         owned = [(kind, md) for found in owned_objects.result() for kind, md in found]
         others = [sr_from_json(doc) for doc in everyone.result()]
+        others = [o for o in others if o.name != sr.name and not o.deleting]
+        # the others' custom recipes: which extended resource each holds (a conflict is by resource)
+        # (only names a ConfigMap can have: another's spec is not parsed here, and a name is a URL path)
+        named = {str(o.spec.get("recipeConfigMap") or "") for o in others}
+        other_maps = sorted(n for n in named if CONFIG_MAP_NAME.fullmatch(n))
+        other_recipes = await asyncio.gather(*(self._recipe(name) for name in other_maps))
         return Observed(
             namespaces=tuple(str(n["metadata"]["name"]) for n in namespaces.result()),
             quotas=tuple(quotas.result()),
@@ -131,7 +139,8 @@ class SpecialResourceIO:
             sr=sr,
             nodes=nodes,
             pods=tuple(pods.result()),
-            others=tuple(o for o in others if o.name != sr.name and not o.deleting),
+            others=tuple(others),
+            other_recipes=dict(zip(other_maps, other_recipes, strict=True)),
             owned=tuple((kind, md["name"]) for kind, md in owned),
             custom_manifests=custom.result(),
             custom_recipe=recipe.result(),

@@ -21,7 +21,10 @@ from typing import Any
 import jinja2
 import yaml
 
-_env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+from sro.manifests.sandbox import BoundedSandbox, render_bounded
+
+# Sandboxed and bounded (sro.manifests.sandbox): custom manifests are an admin's text run in the operator.
+_env = BoundedSandbox(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
 
 
 def package_file(path: str) -> str:
@@ -47,7 +50,7 @@ def _compiled(text: str) -> jinja2.Template:
 def render_template(text: str, values: Mapping[str, Any]) -> str:
     """One template's text rendered with `values` in the manifests' Jinja2 environment (raises
     jinja2's errors): for callers that take a component's files one at a time (`sro install`)."""
-    return _compiled(text).render(**values)
+    return render_bounded(_compiled(text), dict(values))
 
 
 def components() -> list[str]:
@@ -82,7 +85,7 @@ def render_text_with(component: str, overrides: Mapping[str, str] | None, values
     docs = []
     for name in sorted(merged):
         try:
-            docs.append(_compiled(merged[name]).render(**values).strip())
+            docs.append(render_bounded(_compiled(merged[name]), dict(values)).strip())
         except jinja2.TemplateError as e:
             where = f"{component}/{name}" + (" (custom)" if overrides and name in overrides else "")
             raise ValueError(f"{where}: {getattr(e, 'message', None) or e}") from e

@@ -47,7 +47,7 @@ async def _run(namespace: str, image: str, metrics_port: int, health_port: int, 
     import kopf
 
     from sro.kube.client import async_client, async_http, count_requests, lightkube_http
-    from sro.kube.leases import LeaderElection
+    from sro.kube.leases import KubeLease, LeaderElection
     from sro.kube.objects import AsyncObjects
     from sro.operator import metrics
     from sro.operator.cluster.cache import ClusterCache
@@ -60,7 +60,7 @@ async def _run(namespace: str, image: str, metrics_port: int, health_port: int, 
     if metrics_port:
         metrics.serve(metrics_port)
     identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
-    election = LeaderElection(client, namespace, LEASE_NAME, identity)
+    election = LeaderElection(KubeLease(client, namespace, LEASE_NAME), identity)
     if elect:
         # a standby is healthy too: answer the liveness probe until kopf takes the port over
         standby = await _standby_health(health_port) if health_port else None
@@ -75,7 +75,10 @@ async def _run(namespace: str, image: str, metrics_port: int, health_port: int, 
     for counted in (http, lightkube_http(client)):
         count_requests(counted, lambda verb, resource: metrics.API_REQUESTS.labels(verb, resource).inc())
     cache = ClusterCache(http, namespace)
-    op = Operator(SpecialResourceIO(client, cache, namespace, image))
+    io = SpecialResourceIO(client, cache, namespace, image)
+    if elect:
+        io.held = election.held  # each batch of a plan's writes is sent only while the lease is held
+    op = Operator(io)
     stop = asyncio.Event()
     watching = asyncio.create_task(cache.run())
     running = asyncio.create_task(

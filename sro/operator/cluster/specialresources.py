@@ -63,6 +63,7 @@ LOG_TAIL_LINES = 20
 # a step reaches every node, and one request after another would make a pass last minutes.
 CONCURRENCY = 16
 CONFIG_MAP_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # DNS-1123 subdomain
+NOT_LEADING = "not written: this replica no longer holds the leader lease"
 
 
 class SpecialResourceIO:
@@ -76,6 +77,9 @@ class SpecialResourceIO:
         self.image = image
         self.evictor = Evictor(client)
         self._applied: dict[tuple[str, str], str] = {}
+        # whether this replica still holds the leader lease (`LeaderElection.held`), asked before
+        # each batch of a plan's writes so that a replica past its renew deadline sends none
+        self.held: Callable[[], bool] = lambda: True
 
     # ---- reading ---------------------------------------------------------------------------
     async def get_sr(self, name: str) -> SpecialResourceInfo | None:
@@ -224,6 +228,8 @@ class SpecialResourceIO:
     ) -> list[str]:
         """Perform the plan; returns the steps that failed (logged, retried on the next pass)."""
         problems: list[str] = []
+        if not self.held():
+            return [NOT_LEADING]
         present = set(owned)
         for obj in plan.apply:
             key = (obj["kind"], obj["metadata"]["name"])
@@ -255,8 +261,12 @@ class SpecialResourceIO:
              for n, patch in plan.node_patches.items()],
         ]  # fmt: skip
         for batch in batches:
+            if not self.held():
+                return [*problems, NOT_LEADING]
             oks = await _bounded([step() for _, step in batch])
             problems += [what for (what, _), ok in zip(batch, oks, strict=True) if not ok]
+        if not self.held():
+            return [*problems, NOT_LEADING]
         for namespace, pod_name in plan.evict:
             result = await self.evictor.evict(namespace, pod_name)
             if result.done:

@@ -1,12 +1,9 @@
-"""The small pure pieces around the reconcile: `sro status` rows, the log lines of a plan, the
-lease's expiry rule and the metrics a pass records."""
+"""The small pure pieces around the reconcile: `sro status` rows, the log lines of a plan and the
+metrics a pass records (the lease's rules: tests/unit/test_kube_leases.py)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-
 from sro.api.names import DRIVER, DRIVER_VALIDATION, state_label, validated_label
-from sro.kube.leases import LeaseView
 from sro.operator import metrics
 from sro.operator.handlers import describe
 from sro.operator.observed import NodeInfo, SpecialResourceInfo
@@ -75,15 +72,6 @@ def test_plan_is_described_in_words() -> None:
         "node b: no longer ready: driver-validation (driver-validation: Validating pod recreated)",
         "node b: taint sro.dev/gpus.not-ready=true:NoSchedule added",
     ]
-
-
-def test_a_lease_is_free_when_unheld_mine_or_expired() -> None:
-    now = datetime(2026, 1, 1, tzinfo=UTC)
-    held = LeaseView("other", now - timedelta(seconds=5), 15, 1, "7")
-    assert not held.free_for("me", now)
-    assert held.free_for("me", now + timedelta(seconds=11))  # 16 s since the last renewal
-    assert held.free_for("other", now)
-    assert LeaseView("", None, 15, 0, "1").free_for("me", now)
 
 
 def test_metrics_count_nodes_per_state_and_time_to_validate_once() -> None:

@@ -266,10 +266,15 @@ def test_symlink_swapped_during_injection(bundle: Bundle, driver: Driver, host: 
     evil.symlink_to(host.outside / "etc")
     libc = ctypes.CDLL(None, use_errno=True)
     stop = threading.Event()
+    swaps = {"done": 0, "failed": 0, "errno": 0}
 
     def swap() -> None:
         while not stop.is_set():  # renameat2(RENAME_EXCHANGE): /lib is a dir, then a link, ...
-            libc.syscall(316, -100, bytes(lib), -100, bytes(evil), 2)
+            if libc.syscall(316, -100, bytes(lib), -100, bytes(evil), 2) == 0:
+                swaps["done"] += 1
+            else:
+                swaps["failed"] += 1
+                swaps["errno"] = ctypes.get_errno()
 
     before = host.snapshot()
     t = threading.Thread(target=swap, daemon=True)
@@ -283,6 +288,8 @@ def test_symlink_swapped_during_injection(bundle: Bundle, driver: Driver, host: 
     finally:
         stop.set()
         t.join()
-    print("race outcomes:", outcomes)
+    print("race outcomes:", outcomes, "swaps:", swaps)
+    # the race ran: /lib really was exchanged with the link while the containers started
+    assert swaps["done"] > 0, f"renameat2(RENAME_EXCHANGE) never succeeded: {swaps}"
     assert host.snapshot() == before, outcomes
     assert leftover_processes(str(bundle.path)) == []

@@ -26,7 +26,6 @@ import pytest
 PYTHON = str(Path(sys.prefix) / "bin" / "python")  # the venv's interpreter, found by prefix
 RUNC = "/usr/sbin/runc"
 HOST_LDCONFIG = "/sbin/ldconfig"
-FALLBACK_MAJOR = 242  # local/experimental range, not in /proc/devices here
 
 
 @dataclass(frozen=True)
@@ -46,50 +45,18 @@ class Driver:
         ]
 
 
-def _own_driver(driver_root: Path, dev_root: Path) -> Driver:
-    (driver_root / "lib").mkdir(parents=True)
-    (driver_root / "bin").mkdir(parents=True)
-    src = driver_root / "s.c"
-    src.write_text("int simgpu_version(void) { return 1; }\n")
-    for soname in ("libsimgpu.so.1", "libsimgpu-ml.so.1"):
-        subprocess.run(
-            [
-                "gcc",
-                "-shared",
-                "-fPIC",
-                f"-Wl,-soname,{soname}",
-                "-o",
-                str(driver_root / "lib" / soname),
-                str(src),
-            ],
-            check=True,
-        )
-    src.unlink()
-    smi = driver_root / "bin" / "simgpu-smi"
-    smi.write_text("#!/bin/sh\necho simgpu-smi ok\n")
-    smi.chmod(0o755)
-    dev_root.mkdir(parents=True)
-    for name, minor in (("sro-simgpu0", 0), ("sro-simgpu1", 1), ("sro-simgpuctl", 255)):
-        os.mknod(dev_root / name, 0o666 | 0o020000, os.makedev(FALLBACK_MAJOR, minor))
-        os.chmod(dev_root / name, 0o666)
-    return Driver(driver_root, dev_root, FALLBACK_MAJOR)
-
-
 @pytest.fixture(scope="session")
 def driver(tmp_path_factory: pytest.TempPathFactory) -> Driver:
+    """The product's own simulated driver, installed into a temporary root: a failure of its install
+    is a failure of the product and fails every test that uses it (no substitute is built)."""
+    from sro.devices import simconfig, simulated_driver
+
     base = tmp_path_factory.mktemp("simdriver")
     driver_root, dev_root = base / "driver", base / "dev"
-    try:
-        from sro.devices import simconfig, simulated_driver
-
-        inv = simconfig.parse({"count": 2})
-        with open("/proc/devices") as f:
-            installed = simulated_driver.install(inv, driver_root, dev_root, f.read())
-        return Driver(driver_root, dev_root, installed.major)
-    except (ImportError, TypeError, AttributeError):
-        shutil.rmtree(base)
-        base.mkdir()
-        return _own_driver(driver_root, dev_root)
+    inv = simconfig.parse({"count": 2})
+    with open("/proc/devices") as f:
+        installed = simulated_driver.install(inv, driver_root, dev_root, f.read())
+    return Driver(driver_root, dev_root, installed.major)
 
 
 def make_rootfs(path: Path) -> Path:

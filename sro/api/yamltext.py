@@ -25,6 +25,35 @@ def yaml_error(e: yaml.YAMLError) -> str:
     return " ".join(str(e).split())
 
 
+MAX_DEPTH = 64  # nesting of an untrusted document; far above any recipe's, far below the stack's
+
+
+class _UntrustedLoader(yaml.SafeLoader):
+    """SafeLoader without aliases (a "billion laughs" document of a few lines expands to gigabytes
+    once walked) and with bounded nesting (`[[[...` past Python's stack raised RecursionError)."""
+
+    depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        event: Any = self.peek_event()  # type: ignore[no-untyped-call]
+        mark: Any = event.start_mark
+        if isinstance(event, yaml.AliasEvent):
+            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not accepted", mark)
+        if self.depth >= MAX_DEPTH:
+            raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+        finally:
+            self.depth -= 1
+
+
+def load_untrusted(text: str) -> Any:
+    """The YAML document in `text`, written by someone sro does not trust (a ConfigMap, a spec's
+    config): yaml.YAMLError for any syntax error, an alias or nesting deeper than MAX_DEPTH."""
+    return yaml.load(text, Loader=_UntrustedLoader)  # a SafeLoader
+
+
 def load_yaml_file(
     path: Path,
     parse: Callable[[Any], T],

@@ -67,9 +67,13 @@ def decode_owned(value: str | None) -> Owned:
     if not value:
         return Owned()
     try:
-        doc = json.loads(value)
-    except ValueError:
+        return _decode_owned(value)
+    except Exception:  # anyone who may patch nodes writes it: any failure (RecursionError) is garbage
         return Owned()
+
+
+def _decode_owned(value: str) -> Owned:
+    doc = json.loads(value)
     if not isinstance(doc, dict):
         return Owned()
 

@@ -37,8 +37,8 @@ def announced_names(resource: str, plugin_config: str) -> tuple[list[str], bool]
     """The extra resource names the device plugin's config announces besides `resource`, and
     whether it uses MIG `mixed` (one name per MIG profile)."""
     try:
-        doc = yaml.safe_load(plugin_config or "") or {}
-    except yaml.YAMLError:
+        doc = yaml.safe_load(plugin_config or "") or {}  # what the plugin itself reads, aliases too
+    except Exception:  # a YAMLError, or RecursionError when nested past the stack
         return [], False  # the plugin reports its own config errors; no extra names then
     if not isinstance(doc, Mapping):
         return [], False

@@ -28,6 +28,7 @@ from sro.api.names import API_VERSION, DRIVER_REVISION_LABEL, KIND, SPECIALRESOU
 from sro.api.openshift import OPENSHIFT_CRD
 from sro.api.specialresource import SpecError
 from sro.api.specparsing import parse_spec
+from sro.api.yamltext import load_untrusted, yaml_error
 from sro.kube.client import AsyncApi
 from sro.kube.errors import Errors, describe_error, status_code
 from sro.kube.eviction import Evictor, post_event
@@ -197,9 +198,11 @@ class SpecialResourceIO:
         if data is None:
             return None
         try:
-            loaded = yaml.safe_load(data.get("recipe.yaml", "")) or {}
+            loaded = load_untrusted(data.get("recipe.yaml", "")) or {}
         except yaml.YAMLError as e:
-            return {"recipe.yaml": f"invalid YAML: {e}"}
+            return {"recipe.yaml": f"invalid YAML: {yaml_error(e)}"}
+        except Exception as e:  # written by others: any failure is garbage
+            return {"recipe.yaml": f"unreadable: {type(e).__name__}"}
         return loaded if isinstance(loaded, dict) else {"recipe.yaml": "not a mapping"}
 
     async def _quotas(self, sr: str) -> list[QuotaInfo]:

@@ -73,7 +73,7 @@ def release_upgrade(sr: str, node: NodeInfo) -> NodePatch:
     """The driver revision and upgrade keys taken off a node, uncordoning it if sro cordoned it."""
     keys = [k for k in (driver_revision_label(sr), upgrade_state_label(sr)) if k in node.labels]
     ann = upgrade_annotation(sr)
-    rec = Record.from_json(node.annotations.get(ann, ""))
+    rec = Record.from_json(node.annotations.get(ann, ""), f"node {node.name}")
     ours = rec is not None and rec.cordoned and rec.state not in (DONE,) and node.unschedulable
     return NodePatch(
         labels={k: None for k in keys},

@@ -143,7 +143,7 @@ class Machine:
     def _classify(self, f: NodeFacts) -> Record | None:
         node = f.node
         rev = node.labels.get(self.rev_key)
-        rec = Record.from_json(node.annotations.get(self.ann_key, ""))
+        rec = Record.from_json(node.annotations.get(self.ann_key, ""), f"node {node.name}")
         if not rev:
             return None  # a new node: it gets the target driver straight away
         if rec is None or rec.state == DONE:

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from sro.api.timestamps import parse_stamp
+from sro.operator.unreadable import unreadable
 
 UPGRADE_REQUIRED = "upgrade-required"
 CORDONED = "cordoned"
@@ -73,11 +74,17 @@ class Record:
         return json.dumps(doc, separators=(",", ":"), sort_keys=True)
 
     @staticmethod
-    def from_json(text: str) -> Record | None:
-        """None for an absent or unreadable annotation: the node then starts afresh."""
+    def from_json(text: str, where: str = "a node") -> Record | None:
+        """None for an absent or unreadable annotation: the node then starts afresh.
+
+        Anyone who may patch nodes can write it, so any failure (RecursionError for `[[[...`
+        included) is garbage: logged once, handled as absent."""
+        if not text:
+            return None
         try:
             doc = json.loads(text)
             if not isinstance(doc, dict) or doc.get("state") not in UPGRADE_STATES:
+                unreadable("the upgrade record", where, text, "not an upgrade record")
                 return None
             steps = doc.get("steps") or {}
             return Record(
@@ -89,7 +96,8 @@ class Record:
                 reason=str(doc.get("reason", "")),
                 evicted=tuple(str(e) for e in doc.get("evicted") or ()),
             )
-        except (ValueError, TypeError, KeyError):
+        except Exception as e:  # written by others: any failure is garbage
+            unreadable("the upgrade record", where, text, e)
             return None
 
     def enter(self, state: str, when: str, reason: str = "") -> Record:

@@ -46,7 +46,7 @@ def read_scan(message: str) -> tuple[bool, str]:
     do not block: nothing was found, and the words say what could not be looked at."""
     try:
         summary = holders.from_message(message)
-    except ValueError:
+    except Exception:  # from_message says ValueError; anything else is garbage all the same
         first = (message.strip().splitlines() or ["no output"])[0]
         return False, f"the holder scan failed: {first[:200]}"
     found = [

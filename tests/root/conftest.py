@@ -34,8 +34,11 @@ class Driver:
     dev_root: Path
     major: int
 
-    def hook_options(self) -> list[str]:
-        return [
+    def hook_options(self, accept_env: bool = True) -> list[str]:
+        """accept_env: these runc containers are unprivileged and name their devices by env var, which
+        the hook believes only with --accept-envvar-unprivileged; test_device_isolation_runc.py runs
+        the node's default (False), where only a device plugin's allocation counts."""
+        opts = [
             "--recipe",
             "simulated-gpu",
             "--driver-root",
@@ -43,6 +46,7 @@ class Driver:
             "--dev-root",
             str(self.dev_root),
         ]
+        return [*opts, "--accept-envvar-unprivileged", "true"] if accept_env else opts
 
 
 @pytest.fixture(scope="session")
@@ -123,10 +127,12 @@ def bundle(tmp_path: Path, base_spec: dict[str, Any]) -> Bundle:
     return Bundle(path, json.loads(json.dumps(base_spec)), tmp_path / "runc-state")
 
 
-def hook_entry(driver: Driver, stage: str = "prestart", extra: list[str] | None = None) -> dict[str, Any]:
+def hook_entry(
+    driver: Driver, stage: str = "prestart", extra: list[str] | None = None, accept_env: bool = True
+) -> dict[str, Any]:
     from sro.node.runtime.specedits import HookCommand
 
-    return HookCommand(PYTHON, tuple(driver.hook_options())).entry(stage, extra or [])
+    return HookCommand(PYTHON, tuple(driver.hook_options(accept_env))).entry(stage, extra or [])
 
 
 def podman_run(
@@ -136,6 +142,7 @@ def podman_run(
     hooks_dir: Path | None = None,
     env: list[str] | None = None,
     devices: list[str] | None = None,
+    privileged: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """`podman run` of a rootfs with no network and explicit ulimits (this VM's hard limit is 20000)."""
     args = ["podman"] + (["--hooks-dir", str(hooks_dir)] if hooks_dir else [])
@@ -153,6 +160,8 @@ def podman_run(
         args += ["--env", e]
     for d in devices or []:
         args += ["--device", d]
+    if privileged:
+        args += ["--privileged"]
     args += ["--rootfs", str(rootfs), "/bin/sh", "-c", script]
     return subprocess.run(args, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
 

@@ -36,6 +36,7 @@ def test_hooks_d_file_injects_through_podman(tmp_path: Path, driver: Driver) -> 
             str(driver.dev_root),
             "--python",
             PYTHON,
+            "--accept-envvar-unprivileged",  # podman's default container is unprivileged
         ],
         check=True,
     )

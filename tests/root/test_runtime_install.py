@@ -21,7 +21,12 @@ CHECK = "ls /dev | grep sro- | tr '\\n' ' '; cat /dev/sro-simgpu0 2>&1; ldconfig
 
 def _install(root: Path, driver: Driver, mode: str = "hook") -> rootmanifest.Manifest:
     settings = rootmanifest.Settings(
-        host_dir=str(root), python=HOST_PYTHON, runc=RUNC, mode=mode, dev_root=str(driver.dev_root)
+        host_dir=str(root),
+        python=HOST_PYTHON,
+        runc=RUNC,
+        mode=mode,
+        dev_root=str(driver.dev_root),
+        accept_envvar_unprivileged=True,  # these containers are unprivileged and name devices by env
     )
     return hostinstall.install(str(root), {"simulated-gpu": str(driver.driver_root)}, settings)
 

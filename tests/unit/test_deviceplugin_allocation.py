@@ -37,9 +37,11 @@ def test_default_simulated_envvar_and_device_specs() -> None:
     assert a.mounts == () and a.annotations == {} and a.cdi_devices == ()
 
 
-def test_nvidia_default_is_env_only_and_index_strategy() -> None:
+def test_nvidia_default_is_env_and_device_specs_and_index_strategy() -> None:
     a = _alloc([U[1]], recipe=NVIDIA_GPU)
-    assert a.envs == {"NVIDIA_VISIBLE_DEVICES": U[1]} and a.devices == ()
+    assert a.envs == {"NVIDIA_VISIBLE_DEVICES": U[1]}
+    # the device nodes are what the runtime hook believes (issue 21 §1): every recipe sends them
+    assert [d.host_path for d in a.devices] == ["/dev/sro-simgpu1", *NVIDIA_GPU.control_nodes]
     a = _alloc([U[1], U[3]], {"flags": {"deviceIdStrategy": "index"}}, recipe=NVIDIA_GPU)
     assert a.envs == {"NVIDIA_VISIBLE_DEVICES": "1,3"}
 
@@ -48,7 +50,9 @@ def test_mounts_and_cdi_strategies() -> None:
     files = (MountSpec("/x/lib/libsimgpu.so.1", "/x/lib/libsimgpu.so.1"),)
     doc = {"flags": {"deviceListStrategy": ["mounts", "cdi-annotations", "cdi-cri"]}}
     a = _alloc([U[0], U[1]], doc, files=files)
-    assert a.envs == {} and a.devices == () and a.mounts == files and a.mounts[0].read_only
+    assert a.envs == {} and a.mounts == files and a.mounts[0].read_only
+    # device-specs is always on, listed or not: the one allocation a pod spec cannot forge
+    assert [d.host_path for d in a.devices] == ["/dev/sro-simgpu0", "/dev/sro-simgpu1", "/dev/sro-simgpuctl"]
     names = (f"sro.dev/simulated-gpu={U[0]}", f"sro.dev/simulated-gpu={U[1]}")
     assert a.cdi_devices == names
     assert a.annotations == {"cdi.k8s.io/sro-device-plugin_sro.dev-simulated-gpu": ",".join(names)}

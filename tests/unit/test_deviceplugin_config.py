@@ -12,12 +12,21 @@ from sro.node.deviceplugin.config import ConfigError, TimeSlice, parse_config
 
 def test_defaults_per_recipe() -> None:
     nv = parse_config(None, NVIDIA_GPU)
-    assert nv.resource_name == "nvidia.com/gpu" and nv.list_strategies == ("envvar",)
+    assert nv.resource_name == "nvidia.com/gpu" and nv.list_strategies == ("envvar", "device-specs")
     sim = parse_config({}, SIMULATED_GPU)
     assert sim.resource_name == "sro.dev/simulated-gpu"
     assert sim.list_strategies == ("envvar", "device-specs")
     assert sim.ignored_xids == DEFAULT_IGNORED_XIDS == {13, 31, 43, 45, 68, 109}
     assert sim.recover_after == 60.0 and sim.mig_strategy == "none" and sim.id_strategy == "uuid"
+
+
+def test_device_specs_cannot_be_left_out() -> None:
+    """The hook believes only the device nodes the kubelet writes from device-specs (issue 21 §1)."""
+    for recipe in (NVIDIA_GPU, SIMULATED_GPU):
+        c = parse_config({"flags": {"deviceListStrategy": ["envvar"]}}, recipe)
+        assert c.list_strategies == ("envvar", "device-specs")
+        c = parse_config({"flags": {"deviceListStrategy": "cdi-annotations"}}, recipe)
+        assert c.list_strategies == ("cdi-annotations", "device-specs")
 
 
 def test_full_document() -> None:

@@ -45,6 +45,8 @@ def _run(bundle: Path, stdin: bytes, capsys: pytest.CaptureFixture[str], *opts: 
         str(root / "driver"),
         "--dev-root",
         str(root / "dev"),
+        "--accept-envvar-unprivileged",  # these containers' own env is what is under test
+        "true",
         *opts,
     ]
     before = _tree(root)

@@ -100,14 +100,19 @@ def test_edit_spec_modes(tmp_path: Path) -> None:
     args = hook.parse_args(
         ["prestart", "--recipe", "simulated-gpu", "--driver-root", str(tmp_path), "--dev-root", str(tmp_path)]
     )
-    asking = {"process": {"env": ["SRO_VISIBLE_DEVICES=none"]}}
+    privileged = {"bounding": ["CAP_SYS_ADMIN"]}  # what the container's own env is believed for
+    asking = {"process": {"env": ["SRO_VISIBLE_DEVICES=none"], "capabilities": privileged}}
     assert wrapper.edit_spec({"process": {"env": ["A=1"]}}, args, "hook", CMD) is None
+    unprivileged = {"process": {"env": ["SRO_VISIBLE_DEVICES=3"]}}
+    assert wrapper.edit_spec(unprivileged, args, "cdi", CMD) is None  # not believed: nothing, no lookup
     hooked = wrapper.edit_spec(asking, args, "hook", CMD)
     assert hooked is not None and hooked["hooks"]["prestart"][0]["args"][5] == "prestart"
     cdi = wrapper.edit_spec(asking, args, "cdi", CMD)
     assert cdi is not None and cdi["linux"]["devices"] == [] and "hooks" not in cdi  # nothing found
     with pytest.raises(wrapper.WrapperError, match="unknown device id '3'"):
-        wrapper.edit_spec({"process": {"env": ["SRO_VISIBLE_DEVICES=3"]}}, args, "cdi", CMD)
+        wrapper.edit_spec(
+            {"process": {**unprivileged["process"], "capabilities": privileged}}, args, "cdi", CMD
+        )
     with pytest.raises(wrapper.WrapperError, match="usage"):
         wrapper.parse(["create"])
     with pytest.raises(wrapper.WrapperError, match="--mode"):

@@ -7,6 +7,8 @@ anything is returned: unknown ids, unhealthy devices, duplicates and over-large 
 time-sliced resource are refused with a message naming the id. Strategies (combinable):
 `envvar` (the recipe's visible-devices variable), `device-specs` (device and control nodes),
 `mounts` (driver libraries and binaries, read-only), `cdi-annotations` and `cdi-cri` (CDI names).
+`device-specs` is always part of the answer: the device nodes the kubelet writes into the OCI spec
+from it are the only allocation the runtime hook believes for an unprivileged container.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 
 from sro.api.recipes import Recipe
 from sro.node.deviceplugin.announcing import Announced, ResourcePlan, Unit
-from sro.node.deviceplugin.config import PluginConfig
+from sro.node.deviceplugin.config import TRUSTED_STRATEGY, PluginConfig
 
 ANNOTATION_NAME = "sro-device-plugin"
 
@@ -108,7 +110,7 @@ def container_allocation(
 ) -> ContainerAllocation:
     units = unique_units(announced)
     names = [u.uuid if config.id_strategy == "uuid" else u.index for u in units]
-    strategies = set(config.list_strategies)
+    strategies = set(config.list_strategies) | {TRUSTED_STRATEGY}  # the channel the hook believes
     envs: dict[str, str] = {}
     annotations: dict[str, str] = {}
     if "envvar" in strategies:

@@ -9,7 +9,7 @@ recognise it; per-device replicas and health recovery are our additions:
     resourceName: sro.dev/simulated-gpu      # default: the recipe's
     flags:
       migStrategy: none                      # none | single | mixed
-      deviceListStrategy: [envvar, device-specs]   # + mounts, cdi-annotations, cdi-cri
+      deviceListStrategy: [envvar, device-specs]   # + mounts, cdi-annotations, cdi-cri; device-specs always
       deviceIdStrategy: uuid                 # uuid | index
       cdiAnnotationPrefix: cdi.k8s.io/
     health:
@@ -23,6 +23,11 @@ recognise it; per-device replicas and health recovery are our additions:
         resources:
           - {name: sro.dev/simulated-gpu, replicas: 4, devices: [0, 1]}
           - {name: sro.dev/simulated-gpu, replicas: 2, devices: [2], rename: sro.dev/simulated-gpu.small}
+
+`device-specs` is always on, whatever the list says: the device nodes the kubelet writes into the
+container's OCI spec from it are the one channel the runtime hook believes for an unprivileged
+container (a pod spec cannot forge them); the env var and the annotations the other strategies set
+are honoured only for privileged containers (README, "Security model").
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from sro.devices.model import DEFAULT_IGNORED_XIDS
 MigStrategy = Literal["none", "single", "mixed"]
 IdStrategy = Literal["uuid", "index"]
 LIST_STRATEGIES = ("envvar", "device-specs", "mounts", "cdi-annotations", "cdi-cri")
+TRUSTED_STRATEGY = "device-specs"  # the allocation the hook believes: see the module docstring
 MAX_REPLICAS = 256
 
 
@@ -59,7 +65,7 @@ class TimeSlice:
 class PluginConfig:
     resource_name: str
     mig_strategy: MigStrategy = "none"
-    list_strategies: tuple[str, ...] = ("envvar",)
+    list_strategies: tuple[str, ...] = ("envvar", TRUSTED_STRATEGY)
     id_strategy: IdStrategy = "uuid"
     cdi_annotation_prefix: str = "cdi.k8s.io/"
     health_enabled: bool = True
@@ -71,10 +77,9 @@ class PluginConfig:
 
 
 def default_config(recipe: Recipe) -> PluginConfig:
-    """Defaults per recipe: NVIDIA's (env var only; the runtime hook does the rest); the simulated
-    driver also passes its device nodes so a plain runc gives containers the devices."""
-    strategies = ("envvar", "device-specs") if recipe.simulated else ("envvar",)
-    return PluginConfig(resource_name=recipe.resource, list_strategies=strategies)
+    """Defaults for every recipe, built-in or custom: the env var and the device nodes (the channel
+    the runtime hook believes; a plain runc gives containers the devices from it too)."""
+    return PluginConfig(resource_name=recipe.resource, list_strategies=("envvar", TRUSTED_STRATEGY))
 
 
 def _mapping(doc: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
@@ -187,7 +192,7 @@ def parse_config(doc: Any, recipe: Recipe) -> PluginConfig:
         base,
         resource_name=resource,
         mig_strategy=mig,
-        list_strategies=tuple(strategies),
+        list_strategies=tuple(dict.fromkeys([*strategies, TRUSTED_STRATEGY])),
         id_strategy=id_strategy,
         cdi_annotation_prefix=prefix,
         health_enabled=policy.enabled,

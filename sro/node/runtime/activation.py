@@ -11,6 +11,15 @@ Semantics (NVIDIA container toolkit's, for every recipe's env var):
   all          -> every device
   0,1 | ids    -> those devices; an entry "kind=name" is a CDI name of the recipe's kind
 Annotations: `sro.dev/<recipe-name>: <same value>` and CDI's `cdi.k8s.io/<any>: kind=name,kind=name`.
+
+Who is believed (`decide`, issue 21 §1): what a container's own spec says (env, annotations) is
+honoured only for a privileged container (CAP_SYS_ADMIN in its bounding set, as NVIDIA's toolkit
+judges it) or where the node's settings say `acceptEnvvarUnprivileged`. Any other container gets
+exactly the devices the device plugin allocated to it: the device nodes the kubelet itself wrote into
+its OCI spec's `linux.devices` (from Allocate's DeviceSpecs; a pod cannot add one there unless it is
+privileged). Its own `void`/`none` still take away. A management request (`SRO_MANAGEMENT_DEVICES`,
+same values) is honoured only in a management namespace (containerd's own sandbox-namespace
+annotation; a pod's annotations never reach the spec under containerd's sro handler).
 """
 
 from __future__ import annotations
@@ -18,17 +27,23 @@ from __future__ import annotations
 TYPE_CHECKING = False  # no typing/dataclasses import at run time: the hook imports this module
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
-    from dataclasses import dataclass
+    from dataclasses import dataclass, field
 
     from sro.node.runtime.hookrecipes import AnyRecipe as Recipe
 else:
-    from sro.node.runtime.records import dataclass
+    from sro.node.runtime.records import dataclass, field
 
 ALL = "all"
 NONE = "none"
 VOID = "void"
 CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
 ANNOTATION_PREFIX = "sro.dev/"
+MANAGEMENT_ENV = "SRO_MANAGEMENT_DEVICES"
+# set by containerd's CRI plugin on every container from the sandbox's metadata, after any
+# passthrough annotation, so a pod cannot choose it
+SANDBOX_NAMESPACE = "io.kubernetes.cri.sandbox-namespace"
+DEFAULT_MANAGEMENT_NAMESPACES = ("sro-system",)
+ALLOCATED = "device plugin allocation (linux.devices)"
 
 
 class ActivationError(ValueError):
@@ -147,14 +162,94 @@ def request_for(recipe: Recipe, env: Mapping[str, str], annotations: Mapping[str
     return Request(recipe=recipe, devices=ids, capabilities=capabilities(recipe, env), source=where)
 
 
+@dataclass(frozen=True)
+class Access:
+    """What a container may be given beyond nothing (see the module docstring).
+
+    `own`: its own env and annotations are honoured (privileged, or acceptEnvvarUnprivileged);
+    `management`: SRO_MANAGEMENT_DEVICES is honoured (its sandbox is in a management namespace);
+    `allocated`: recipe name -> the device ids whose nodes the kubelet put in its `linux.devices`.
+    """
+
+    own: bool = False
+    management: bool = False
+    allocated: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+def _takes_away(recipe: Recipe, env: Mapping[str, str], annotations: Mapping[str, str]) -> str | None:
+    """VOID or NONE if the container's own env or annotation says so (they only take away)."""
+    values = _split(env.get(recipe.visible_devices_env, ""))
+    values += _split(annotations.get(ANNOTATION_PREFIX + recipe.name, ""))
+    lowered = {v.lower() for v in values}
+    if VOID in lowered:
+        return VOID
+    return NONE if NONE in lowered else None
+
+
+def decide(
+    recipe: Recipe, env: Mapping[str, str], annotations: Mapping[str, str], access: Access
+) -> Request | None:
+    """What the container gets of `recipe`: its own request only where `access.own`, else its allocation."""
+    if access.own:
+        own = request_for(recipe, env, annotations)
+        if own is not None:
+            return own
+    if access.management and env.get(MANAGEMENT_ENV, "").strip():
+        where = f"env {MANAGEMENT_ENV}"
+        ids = _ids(recipe, _split(env[MANAGEMENT_ENV]), where)
+        if ids is None:
+            return None
+        return Request(recipe=recipe, devices=ids, capabilities=capabilities(recipe, env), source=where)
+    allocated = access.allocated.get(recipe.name, ())
+    if not allocated:
+        return None
+    less = _takes_away(recipe, env, annotations)
+    if less == VOID:
+        return None
+    devices = () if less == NONE else tuple(allocated)
+    return Request(recipe=recipe, devices=devices, capabilities=capabilities(recipe, env), source=ALLOCATED)
+
+
+def privileged(spec: Mapping[str, object]) -> bool:
+    """CAP_SYS_ADMIN in the OCI spec's bounding set: NVIDIA's toolkit's test of a privileged container."""
+    process = spec.get("process")
+    caps = process.get("capabilities") if isinstance(process, dict) else None
+    bounding = caps.get("bounding") if isinstance(caps, dict) else None
+    return isinstance(bounding, list) and "CAP_SYS_ADMIN" in bounding
+
+
+def device_numbers(spec: Mapping[str, object]) -> frozenset[tuple[int, int]]:
+    """(major, minor) of every character device the runtime is told to create (`linux.devices`)."""
+    linux = spec.get("linux")
+    devices = linux.get("devices") if isinstance(linux, dict) else None
+    out: set[tuple[int, int]] = set()
+    for d in devices if isinstance(devices, list) else ():
+        if isinstance(d, dict) and d.get("type") in ("c", "u"):
+            major, minor = d.get("major"), d.get("minor")
+            if isinstance(major, int) and isinstance(minor, int):
+                out.add((major, minor))
+    return frozenset(out)
+
+
+def sandbox_namespace(annotations: Mapping[str, str]) -> str | None:
+    return annotations.get(SANDBOX_NAMESPACE) or None
+
+
 def requests_for(
-    recipes: Iterable[Recipe], env_list: Iterable[str], annotations: Mapping[str, str]
+    recipes: Iterable[Recipe],
+    env_list: Iterable[str],
+    annotations: Mapping[str, str],
+    access: Access | None = None,
 ) -> tuple[Request, ...]:
-    """Every recipe's request from an OCI spec's `process.env` and `annotations`."""
+    """Every recipe's request from an OCI spec's `process.env` and `annotations`, as `access` allows.
+
+    Without `access` nothing but an allocation is honoured, and there is none: the secure default.
+    """
     env = env_map(env_list)
+    access = access if access is not None else Access()
     out = []
     for recipe in recipes:
-        req = request_for(recipe, env, annotations)
+        req = decide(recipe, env, annotations, access)
         if req is not None:
             out.append(req)
     return tuple(out)

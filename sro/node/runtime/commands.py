@@ -125,6 +125,11 @@ def hook(args: tuple[str, ...]) -> None:
     "--stage", type=click.Choice(["prestart", "createContainer"]), default="prestart", show_default=True
 )
 @click.option("--python", default=sys.executable, show_default=True, help="Absolute interpreter path.")
+@click.option(
+    "--accept-envvar-unprivileged",
+    is_flag=True,
+    help="UNSAFE: honour an unprivileged container's own env/annotations, not only its allocation.",
+)
 def install_hooksd(
     directory: str,
     recipe: tuple[str, ...],
@@ -132,11 +137,15 @@ def install_hooksd(
     dev_root: str | None,
     stage: str,
     python: str,
+    accept_envvar_unprivileged: bool,
 ) -> None:
     """Write <dir>/sro-hook.json (oci-hooks 1.0.0) that runs the hook with an explicit env."""
     from sro.node.runtime.specedits import HookCommand, hooks_d, precompile
 
-    doc = hooks_d(HookCommand(python, tuple(_hook_options(recipe, driver_root, dev_root))), stage)
+    opts = _hook_options(recipe, driver_root, dev_root)
+    if accept_envvar_unprivileged:
+        opts += ["--accept-envvar-unprivileged", "true"]
+    doc = hooks_d(HookCommand(python, tuple(opts)), stage)
     path = os.path.join(directory, "sro-hook.json")
     try:
         os.makedirs(directory, exist_ok=True)
@@ -222,6 +231,18 @@ def _log(message: str) -> None:
     "only with a --python known to be 3.11 or later.",
 )
 @click.option(
+    "--accept-envvar-unprivileged",
+    is_flag=True,
+    help="UNSAFE: an unprivileged container gets whatever devices its own env or annotations name, "
+    "not only what the device plugin allocated to it (off by default).",
+)
+@click.option(
+    "--management-namespace",
+    "management_namespaces",
+    multiple=True,
+    help="Repeatable: where SRO_MANAGEMENT_DEVICES is honoured (default: sro-system).",
+)
+@click.option(
     "--owner", default="default", show_default=True, help="Who asks (uninstall drops only its claim)."
 )
 @click.option(
@@ -241,6 +262,8 @@ def install_command(
     stage: str,
     no_cdi: bool,
     crio_hooks_dir: str,
+    accept_envvar_unprivileged: bool,
+    management_namespaces: tuple[str, ...],
     owner: str,
     wait: bool,
     ready_file: str | None,
@@ -257,6 +280,7 @@ def install_command(
     import signal
 
     from sro.node.runtime import hostinstall
+    from sro.node.runtime.hook import DEFAULT_MANAGEMENT_NAMESPACES
     from sro.node.runtime.rootmanifest import InstallError, Settings
     from sro.node.runtime.wrapper import RUNC
 
@@ -274,6 +298,8 @@ def install_command(
             dev_root=dev_root,
             stage=stage,
             crio_hooks_dir=crio_hooks_dir,
+            accept_envvar_unprivileged=accept_envvar_unprivileged,
+            management_namespaces=",".join(management_namespaces or DEFAULT_MANAGEMENT_NAMESPACES),
         )
         recipes = dict.fromkeys(names, driver_root)
         hostinstall.install(root, recipes, settings, host_root, not no_cdi, log=_log, owner=owner)

@@ -20,7 +20,10 @@ Why it is written this way:
 Exit status 0 on success or nothing to do, 1 with `sro hook: <why>` on stderr otherwise (runc shows
 that text in its error). Options: --recipe NAME (repeatable; default: every built-in), --driver-root
 [NAME=]PATH, --dev-root PATH (stands for /dev), --ldconfig PATH|none, --resolver auto|openat2|walk,
---policy beneath|in-root, --mount-api new|old.
+--policy beneath|in-root, --mount-api new|old, --accept-envvar-unprivileged true|false (default
+false; unsafe: any container of the handler then gets whatever devices its env names),
+--management-namespace NS (repeatable; default sro-system: where SRO_MANAGEMENT_DEVICES is honoured).
+Which requests are believed: `activation` (a container gets its allocation unless privileged).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import IO, Any
 
+    from sro.node.runtime.activation import Access
     from sro.node.runtime.hookrecipes import HookRecipe
     from sro.node.runtime.inject import Options
     from sro.node.runtime.inventory import InjectionPlan
@@ -45,7 +49,9 @@ MAX_CONFIG_BYTES = 16 << 20
 # annotations start with one of these. A container with none of them is let through before the
 # recipes, dataclasses and the injection code are even imported.
 VISIBLE_SUFFIX = "_VISIBLE_DEVICES"
+MANAGEMENT_PREFIX = "SRO_MANAGEMENT_DEVICES="  # = activation.MANAGEMENT_ENV + "=" (checked by a test)
 ANNOTATION_PREFIXES = ("sro.dev/", "cdi.k8s.io/")
+DEFAULT_MANAGEMENT_NAMESPACES = ("sro-system",)  # = activation.DEFAULT_MANAGEMENT_NAMESPACES
 DEFAULT_LDCONFIG = "/sbin/ldconfig"  # = inject.Options().ldconfig (checked by a test)
 
 
@@ -105,7 +111,17 @@ def dumps(doc: Any) -> str:
 class HookArgs:
     """Parsed options. A plain class: a dataclass import would cost the idle hook several ms."""
 
-    __slots__ = ("_opt", "_roots", "common_root", "dev_root", "folders", "recipe_names", "stage")
+    __slots__ = (
+        "_opt",
+        "_roots",
+        "accept_envvar_unprivileged",
+        "common_root",
+        "dev_root",
+        "folders",
+        "management_namespaces",
+        "recipe_names",
+        "stage",
+    )
 
     def __init__(
         self,
@@ -116,7 +132,11 @@ class HookArgs:
         dev_root: str = "/dev",
         opt: dict[str, Any] | None = None,
         folders: tuple[str, ...] = (),
+        accept_envvar_unprivileged: bool = False,
+        management_namespaces: tuple[str, ...] = DEFAULT_MANAGEMENT_NAMESPACES,
     ) -> None:
+        self.accept_envvar_unprivileged = accept_envvar_unprivileged
+        self.management_namespaces = management_namespaces
         self.stage = stage
         self.recipe_names = recipe_names
         self._roots = roots or {}
@@ -167,6 +187,8 @@ def parse_args(argv: Sequence[str]) -> HookArgs:
     dev_root = "/dev"
     folders: list[str] = []
     opt: dict[str, Any] = {}
+    accept_env = False
+    management: list[str] = []
     it = iter(argv[1:])
     for arg in it:
         key, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
@@ -196,9 +218,23 @@ def parse_args(argv: Sequence[str]) -> HookArgs:
             opt["policy"] = value
         elif key == "--mount-api" and value in ("new", "old"):
             opt["new_mount_api"] = value == "new"
+        elif key == "--accept-envvar-unprivileged" and value in ("true", "false"):
+            accept_env = value == "true"
+        elif key == "--management-namespace":
+            management.append(value)
         else:
             raise HookError(f"unknown option or value: {key} {value}")
-    return HookArgs(stage, tuple(names), roots, common_root, dev_root, opt, tuple(folders))
+    return HookArgs(
+        stage,
+        tuple(names),
+        roots,
+        common_root,
+        dev_root,
+        opt,
+        tuple(folders),
+        accept_env,
+        tuple(management) if management else DEFAULT_MANAGEMENT_NAMESPACES,
+    )
 
 
 def may_ask(config: Mapping[str, Any]) -> bool:
@@ -208,7 +244,15 @@ def may_ask(config: Mapping[str, Any]) -> bool:
     annotations = config.get("annotations") or {}
     if not isinstance(env, list) or not isinstance(annotations, dict):
         return True  # malformed: let the full parser say what is wrong
-    if any(not isinstance(e, str) or e.partition("=")[0].endswith(VISIBLE_SUFFIX) for e in env):
+    linux = config.get("linux")
+    if isinstance(linux, dict) and linux.get("devices"):
+        return True  # device nodes the kubelet put there may be a device plugin's allocation
+    if any(
+        not isinstance(e, str)
+        or e.partition("=")[0].endswith(VISIBLE_SUFFIX)
+        or e.startswith(MANAGEMENT_PREFIX)
+        for e in env
+    ):
         return True
     return any(not isinstance(k, str) or k.startswith(ANNOTATION_PREFIXES) for k in annotations)
 
@@ -269,12 +313,40 @@ def rootfs_of(bundle: str, config: Mapping[str, Any]) -> str:
     return path if os.path.isabs(path) else os.path.join(bundle, path)
 
 
+def access_for(args: HookArgs, config: Mapping[str, Any]) -> Access:
+    """What this container may be given: see `activation` (the decision itself is pure, there).
+
+    The allocation is read off `linux.devices` by device number against the recipes' device nodes on
+    this node; a privileged container's list holds every host device, so it says nothing there.
+    """
+    from sro.node.runtime import activation, driverfiles
+
+    priv = activation.privileged(config)
+    allocated: dict[str, tuple[str, ...]] = {}
+    numbers = activation.device_numbers(config)
+    if numbers and not priv:
+        for recipe in args.recipes:
+            found = driverfiles.find_devices(recipe, args.dev_root)
+            ids = tuple(d.device_id for d in found if (d.major, d.minor) in numbers)
+            if ids:
+                allocated[recipe.name] = ids
+    namespace = activation.sandbox_namespace(config.get("annotations") or {})
+    return activation.Access(
+        own=priv or args.accept_envvar_unprivileged,
+        management=namespace is not None and namespace in args.management_namespaces,
+        allocated=allocated,
+    )
+
+
 def build_plan(args: HookArgs, config: Mapping[str, Any]) -> InjectionPlan:
     from sro.node.runtime import activation, driverfiles, inventory
 
     try:
         requests = activation.requests_for(
-            args.recipes, config.get("process", {}).get("env", []), config.get("annotations", {})
+            args.recipes,
+            config.get("process", {}).get("env", []),
+            config.get("annotations", {}),
+            access_for(args, config),
         )
     except activation.ActivationError as e:
         raise HookError(str(e)) from None

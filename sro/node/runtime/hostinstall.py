@@ -95,7 +95,7 @@ def _json(doc: object) -> bytes:
 
 def shared_files(settings: Settings, recipes: Mapping[str, str | None]) -> dict[str, File]:
     """The zipapp, the launcher and the hooks.d entry for `recipes` (pure)."""
-    opts = hook_options(recipes, settings.dev_root)
+    opts = hook_options(recipes, settings.dev_root) + settings.trust_options
     text = launcher.render(settings.python, settings.runc, settings.mode, opts, root=settings.archive)
     cmd = specedits.HookCommand(settings.python, tuple(opts), root=settings.archive)
     return {

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 
 from sro import __version__
 from sro.node.runtime import bundling
+from sro.node.runtime.hook import DEFAULT_MANAGEMENT_NAMESPACES
 from sro.node.runtime.wrapper import RUNC
 
 DEFAULT_PYTHON = "/usr/bin/python3"
@@ -43,6 +45,12 @@ class Settings:
     dev_root: str = "/dev"  # host directory standing for /dev
     stage: str = "prestart"  # the hooks.d entry's stage
     crio_hooks_dir: str = ""  # also put the hooks.d entry here (CRI-O's hooks_dir), "" for none
+    # Unsafe when true: an unprivileged container then gets whatever devices its own env or
+    # annotations name, not only what the device plugin allocated to it (NVIDIA's
+    # accept-nvidia-visible-devices-envvar-when-unprivileged). Off by default.
+    accept_envvar_unprivileged: bool = False
+    # comma-separated: where SRO_MANAGEMENT_DEVICES is honoured (the operator's namespace)
+    management_namespaces: str = ",".join(DEFAULT_MANAGEMENT_NAMESPACES)
 
     def __post_init__(self) -> None:
         for what, path in (("--python", self.python), ("--runc", self.runc), ("the host dir", self.host_dir)):
@@ -59,6 +67,27 @@ class Settings:
             raise InstallError(f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         if self.stage not in STAGES:
             raise InstallError(f"--stage must be one of {', '.join(STAGES)}, got {self.stage!r}")
+        if not isinstance(self.accept_envvar_unprivileged, bool):
+            raise InstallError(
+                f"acceptEnvvarUnprivileged must be true or false, got {self.accept_envvar_unprivileged!r}"
+            )
+        for ns in self.namespaces:
+            if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", ns):
+                raise InstallError(f"--management-namespace must be namespace names, got {ns!r}")
+
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        return tuple(n.strip() for n in self.management_namespaces.split(",") if n.strip())
+
+    @property
+    def trust_options(self) -> list[str]:
+        """The hook options that carry these settings to every hook and wrapper invocation."""
+        opts = ["--accept-envvar-unprivileged", "true"] if self.accept_envvar_unprivileged else []
+        if self.namespaces == DEFAULT_MANAGEMENT_NAMESPACES:
+            return opts  # the hook's own default: the entries stay as they were
+        for ns in self.namespaces or ("-",):  # "-" names no namespace: management off
+            opts += ["--management-namespace", ns]
+        return opts
 
     @property
     def archive(self) -> str:
@@ -68,6 +97,10 @@ class Settings:
 
 _CAMEL = {"host_dir": "hostDir", "python": "python", "runc": "runc", "mode": "mode"}
 _CAMEL |= {"dev_root": "devRoot", "stage": "stage", "crio_hooks_dir": "crioHooksDir"}
+_CAMEL |= {
+    "accept_envvar_unprivileged": "acceptEnvvarUnprivileged",
+    "management_namespaces": "managementNamespaces",
+}
 _SNAKE = {v: k for k, v in _CAMEL.items()}
 
 
@@ -117,7 +150,9 @@ class Manifest:
         }
         for path in external:
             _check_external(path)
-        settings = Settings(**{_SNAKE[k]: str(v) for k, v in doc["settings"].items() if k in _SNAKE})
+        raw = {_SNAKE[k]: v for k, v in doc["settings"].items() if k in _SNAKE}
+        accept = raw.pop("accept_envvar_unprivileged", False) is True  # only a JSON true is true
+        settings = Settings(**{k: str(v) for k, v in raw.items()}, accept_envvar_unprivileged=accept)
         notes = tuple(str(n) for n in doc.get("notes", ()))
         return cls(settings, recipes, files, notes, owners, external)
 

@@ -2,7 +2,8 @@
 
 Why: containerd 1.6 and kubelet 1.20 know nothing of CDI, and a runtime handler is the one place
 where a node can change every container's OCI spec. On `create --bundle X` the wrapper reads
-X/config.json; if the container asks for devices (env var, annotation or CDI name of a recipe) it
+X/config.json; if the container gets devices (its device plugin allocation, or what its env var,
+annotation or CDI name asks where `activation` believes it) it
 either adds the hook (mode `hook`, a prestart entry with an explicit env) or writes the devices,
 mounts and a ldcache hook straight into the spec (mode `cdi`), then execs runc with the same argv.
 Every other subcommand goes to runc untouched; the generated launcher (see `launcher`) does that in
@@ -60,14 +61,17 @@ def edit_spec(
     """The edited spec, or None when the container asks for no devices (nothing to change)."""
     process = spec.get("process") or {}
     if not isinstance(process, dict) or not hook.may_ask(
-        {"process": process, "annotations": spec.get("annotations") or {}}
+        {"process": process, "annotations": spec.get("annotations") or {}, "linux": spec.get("linux")}
     ):
         return None
     from sro.node.runtime import activation, specedits
 
     try:
         requests = activation.requests_for(
-            args.recipes, process.get("env", []) or [], spec.get("annotations") or {}
+            args.recipes,
+            process.get("env", []) or [],
+            spec.get("annotations") or {},
+            hook.access_for(args, spec),
         )
     except activation.ActivationError as e:
         raise WrapperError(str(e)) from None

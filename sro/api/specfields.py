@@ -32,6 +32,11 @@ DAY: Final = 86_400
 QUOTA_MAX: Final = 1_000_000  # the reader's ceiling on a quota's counts
 PARALLEL_UPGRADES_MAX: Final = 10_000  # the reader's ceiling on maxParallelUpgrades
 DNS_LABEL: Final = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# an object name (a ConfigMap's): DNS-1123 subdomain, so it never walks out of its API path
+DNS_SUBDOMAIN: Final = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+IMAGE_TEMPLATE_MAX: Final = 512  # characters of spec.driver.imageTemplate
+IMAGE_MAX: Final = 1024  # characters of the image it fills in, at the most
+VERSION_MAX: Final = 128  # characters of spec.driver.version
 COUNT_OR_PERCENT: Final = "^(100|[1-9][0-9]?)%$|^[1-9][0-9]*$"
 
 
@@ -238,13 +243,14 @@ _STATE_EXTRAS: Final[dict[str, tuple[Field, ...]]] = {
             enum=("container", "host"),
             default="container",
         ),
-        Field("version", STRING, "Driver version ({version} in the image template)."),
+        Field("version", STRING, "Driver version ({version} in the image template).", max_length=VERSION_MAX),
         Field(
             "imageTemplate",
             STRING,
             "Driver image per node; variables: "
             + ", ".join("{" + v + "}" for v in IMAGE_TEMPLATE_VARS)
-            + " (from the node's NFD kernel and os_release labels).",
+            + " (from the node's NFD kernel and os_release labels), bare: no format spec or conversion.",
+            max_length=IMAGE_TEMPLATE_MAX,
         ),
         Field("devicesConfig", STRING, "simulated-gpu: the simulated devices YAML."),
         UPGRADE_POLICY,
@@ -296,7 +302,11 @@ SPEC: Final = Field(
             required=True,
         ),
         Field(
-            "recipeConfigMap", STRING, "ConfigMap in sro-system whose recipe.yaml defines a custom recipe."
+            "recipeConfigMap",
+            STRING,
+            "ConfigMap in sro-system whose recipe.yaml defines a custom recipe.",
+            max_length=253,
+            pattern=DNS_SUBDOMAIN,
         ),
         Field(
             "nodeSelector",
@@ -322,6 +332,8 @@ SPEC: Final = Field(
             STRING,
             "ConfigMap in sro-system; keys <state>.<NNNN>_<name>.yaml add to or "
             "replace (same file name) a state's templates.",
+            max_length=253,
+            pattern=DNS_SUBDOMAIN,
         ),
         PARTITIONING,
         *(_state(state) for state in STATE_FIELDS),

@@ -18,7 +18,7 @@ from typing import Any, Final
 from sro.api.names import DRIVER, LABEL_NAME_MAX, PREFIX, longest_label_name
 from sro.api.openapi import Field, FieldError, check
 from sro.api.selectors import parse_selector
-from sro.api.specfields import COUNT_OR_PERCENT, DNS_LABEL, PARTITIONING, SPEC, UPGRADE_POLICY
+from sro.api.specfields import COUNT_OR_PERCENT, DNS_LABEL, IMAGE_MAX, PARTITIONING, SPEC, UPGRADE_POLICY
 from sro.api.specialresource import (
     IMAGE_TEMPLATE_VARS,
     STATE_FIELDS,
@@ -35,6 +35,7 @@ from sro.api.specialresource import (
 )
 
 PROBE_HANDLERS: Final = ("httpGet", "tcpSocket", "exec")
+LABEL_VALUE_MAX: Final = 63  # a node label's value: what {kernel}, {os_id}, ... can be at most
 _DNS_LABEL = re.compile(DNS_LABEL)
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
@@ -45,17 +46,34 @@ def _get(doc: Mapping[str, Any], f: Field) -> Any:
     return f.empty() if value is None else value
 
 
-def check_image_template(template: str, where: str) -> None:
-    """Refuse a template naming a variable the operator cannot fill (before anything is deployed)."""
+def check_image_template(template: str, where: str, version: str = "") -> None:
+    """Refuse a template the operator cannot fill safely (before anything is deployed): only the
+    documented variables, bare — `{version}`, never `{version!r}`, `{version:>100000000}`,
+    `{version:{foo}}` or `{version.x}` — and an image of at most IMAGE_MAX characters whatever the
+    node's labels (each at most 63) and the driver version."""
     try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+        parsed = list(string.Formatter().parse(template))
     except ValueError as e:
         raise SpecError(f"{where}: malformed template {template!r}: {e}") from e
+    fields = [f for _, f, _, _ in parsed if f is not None]
     unknown = sorted({f for f in fields if f not in IMAGE_TEMPLATE_VARS})
     if unknown:
         raise SpecError(
             f"{where}: unknown variable(s) {', '.join('{' + u + '}' for u in unknown)} in {template!r}; "
             f"known: {', '.join('{' + v + '}' for v in IMAGE_TEMPLATE_VARS)}"
+        )
+    for _, f, spec, conversion in parsed:
+        if f is not None and (spec or conversion):
+            raise SpecError(
+                f"{where}: {{{f}}} takes no format spec or conversion in {template!r}; "
+                f"write the variable bare: {{{f}}}"
+            )
+    longest = sum(len(text) for text, _, _, _ in parsed)
+    longest += sum(len(version) if f == "version" else LABEL_VALUE_MAX for f in fields)
+    if longest > IMAGE_MAX:
+        raise SpecError(
+            f"{where}: the image it makes can be {longest} characters long, more than {IMAGE_MAX} "
+            "(node label values count up to 63 each)"
         )
 
 
@@ -210,7 +228,7 @@ def parse_spec(name: str, spec: Mapping[str, Any]) -> SpecialResourceSpec:
     drv = _get(spec, drv_f)
     template = _get(drv, drv_f["imageTemplate"])
     if template:
-        check_image_template(template, "spec.driver.imageTemplate")
+        check_image_template(template, "spec.driver.imageTemplate", _get(drv, drv_f["version"]))
     return SpecialResourceSpec(
         recipe=spec["recipe"],
         recipe_config_map=_get(spec, SPEC["recipeConfigMap"]),

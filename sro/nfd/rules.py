@@ -66,6 +66,8 @@ def parse_rules_file(text: str, where: str) -> tuple[tuple[Rule, ...], tuple[Pro
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
         return (), (Problem(where, f"not valid YAML ({yaml_error(e)}); ignored"),)
+    except Exception as e:  # RecursionError when nested past the stack: garbage all the same
+        return (), (Problem(where, f"not readable as YAML ({type(e).__name__}); ignored"),)
     return parse_rules(doc, where)
 
 

@@ -294,3 +294,32 @@ def test_a_garbage_device_plugin_config_announces_no_extra_name(text: str) -> No
     from sro.operator.partitioning import announced_names
 
     assert announced_names("sro.dev/simulated-gpu", text) == ([], False)
+
+
+# ---- NodeFeatureRules (any namespace user with the CRD's rights) and custom.d rule files ---------
+RULE_WORDS = ["name", "labels", "matchFeatures", "matchAny", "feature", "matchExpressions", "op", "value"]
+rule_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.sampled_from(RULE_WORDS) | st.text(max_size=10), inner, max_size=4)
+    ),
+    max_leaves=30,
+)
+
+
+@SETTINGS
+@given(st.lists(rule_values, max_size=3))
+def test_any_node_feature_rule_parses_into_rules_and_problems(rules: list[Any]) -> None:
+    from sro.operator.nodefeaturerules import parse_rule_object
+
+    parse_rule_object({"metadata": {"name": "x"}, "spec": {"rules": rules}})
+
+
+@pytest.mark.parametrize("text", [*DEEP, LAUGHS], ids=IDS[:5])
+def test_a_garbage_rules_file_is_a_problem(text: str) -> None:
+    """Before: yaml.safe_load's RecursionError escaped (only YAMLError was caught)."""
+    from sro.nfd.rules import parse_rules_file
+
+    rules, problems = parse_rules_file(text, "custom.d/x.yaml")
+    assert rules == () and problems

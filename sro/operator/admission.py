@@ -164,8 +164,13 @@ def admit(obs: Observed, namespace: str) -> Admitted | Refusal:
 
 def refused(obs: Observed, refusal: Refusal) -> Plan:
     """The plan of a SpecialResource that cannot be deployed: only its status, looked at again later."""
+    return refusal_plan(obs.sr, refusal)
+
+
+def refusal_plan(sr: SpecialResourceInfo, refusal: Refusal) -> Plan:
+    """`refused` from the SpecialResource alone: also for a pass that failed before or while observing."""
     status = build_status(
-        obs.sr, [], {}, {}, refusal.resource, now_utc(), problem=(refusal.reason, refusal.message)
+        sr, [], {}, {}, refusal.resource, now_utc(), problem=(refusal.reason, refusal.message)
     )
     return Plan(status=status, deployable=False, requeue=60.0)
 

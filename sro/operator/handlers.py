@@ -7,8 +7,10 @@ reconcile reads of a node (`nodewatch`: its selection, kernel/OS and sro labels,
 changes — so a state that becomes ready on a node is acted on within a second, a thousand kubelets'
 status updates wake nothing, and nothing polls faster than it must. Nodes and pods are watched once
 for the whole operator by `sro.operator.cluster.cache`; a pass reads its records instead of listing the
-cluster. A pass that raises is logged and retried; one broken node never stops the others, because
-each step of a plan is carried out independently.
+cluster. One broken node never stops the others, because each step of a plan is carried out
+independently. A pass that raises (a bug, input nobody foresaw)
+shows as Degraded (`PassFailed`, the error in one line), is logged once per distinct error and is
+retried after 1 s, doubling to 60 s (`WakeLoop`).
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ import kopf
 
 from sro.api.names import GROUP, PLURAL, READY, SPECIALRESOURCE_LABEL, VERSION
 from sro.operator import metrics, teardown
+from sro.operator.admission import Refusal, refusal_plan
 from sro.operator.cluster.specialresources import SpecialResourceIO
 from sro.operator.nodewatch import NodeWatch
 from sro.operator.observed import SpecialResourceInfo, sr_from_json
 from sro.operator.plan import Plan
 from sro.operator.reconcile import reconcile
-from sro.operator.wakeloop import WakeLoop
+from sro.operator.wakeloop import WakeLoop, one_line
 
 log = logging.getLogger("sro.operator")
 FINALIZER = f"{GROUP}/finalizer"
@@ -90,7 +93,20 @@ class Operator:
             return 5.0
         metrics.RECONCILIATIONS.labels(name).inc()
         with metrics.PASS_SECONDS.labels(name).time():
-            return await self._pass(name, sr)
+            try:
+                return await self._pass(name, sr)
+            except Exception as e:
+                await self._degrade(sr, e)
+                raise  # the WakeLoop logs it once per distinct error and backs off
+
+    async def _degrade(self, sr: SpecialResourceInfo, error: Exception) -> None:
+        """Show a pass that raised as Degraded (`PassFailed`, the error in one line); best effort:
+        when the status cannot be written either, the loop's log line is all there is."""
+        plan = refusal_plan(sr, Refusal("PassFailed", f"the reconcile pass failed: {one_line(error)}"))
+        try:
+            await self.io.carry_out(sr, plan, ())
+        except Exception as e:  # the same broken API, most likely: not worth a second traceback
+            log.debug("%s: Degraded status not written: %s", sr.name, one_line(e))
 
     async def _pass(self, name: str, sr: SpecialResourceInfo) -> float:
         observed = await self.io.observe(sr)
@@ -176,7 +192,7 @@ def build_registry(op: Operator) -> kopf.OperatorRegistry:
             lambda: op.run_pass(name),
             what=f"{name}: reconcile pass",
             log=log,
-            retry=5.0,
+            retry=1.0,  # doubling to 60 s while it keeps failing (WakeLoop)
             spacing=MIN_PASS_INTERVAL,
             on_failure=metrics.ERRORS.labels(name).inc,
             wake=op.event_for(name),

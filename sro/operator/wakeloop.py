@@ -2,8 +2,10 @@
 
 Why one piece: the SpecialResource daemons, the NodeFeatureRule step and the OpenShift loop all run
 passes that say how long they may sleep at most, are woken early by watch events (`poke`), must
-never die of a failing pass (logged, retried after `retry` seconds), and must not run a pass per
-event of a burst. The wake-up is cleared before a pass, so what changes during it wakes the next
+never die of a failing pass, and must not run a pass per event of a burst. A failing pass is
+retried after `retry` seconds, doubling on each further failure up to `max_retry` (reset by a good
+pass; a wake-up after the first `retry` seconds retries at once: new input may fix it), and logged with its traceback once per distinct error (`one_line`), not once per pass: a
+broken input must not turn into a traceback every few seconds. The wake-up is cleared before a pass, so what changes during it wakes the next
 one; passes start at least `spacing` seconds apart, so a burst makes one more pass, not one each,
 while a single change after a quiet spell is acted on at once.
 """
@@ -27,6 +29,13 @@ class StopFlag(Protocol):
     def wait(self) -> Awaitable[Any]: ...
 
 
+def one_line(error: BaseException, limit: int = 300) -> str:
+    """`Type: message`, the message's first line, at most `limit` characters: a status reason."""
+    message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    text = f"{type(error).__name__}: {message}" if message else type(error).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class WakeLoop:
     def __init__(
         self,
@@ -38,11 +47,15 @@ class WakeLoop:
         spacing: float,
         on_failure: Callable[[], None] | None = None,
         wake: asyncio.Event | None = None,
+        max_retry: float = 60.0,
     ) -> None:
         self.run_pass = run_pass  # one pass; returns seconds until the next one at the latest
         self.what = what  # names a failed pass in the log
         self.log = log
-        self.retry = retry
+        self.retry = retry  # the first retry's delay; doubled on each further failure
+        self.max_retry = max(max_retry, retry)
+        self.failures = 0  # failed passes in a row
+        self.last_error: str | None = None  # the one-line error last logged
         self.spacing = spacing
         self.on_failure = on_failure
         self.wake = wake or asyncio.Event()
@@ -61,18 +74,39 @@ class WakeLoop:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # a pass must never end the loop: log, count, retry
-                self.log.exception("%s failed: %s", self.what, e)
-                if self.on_failure is not None:
-                    self.on_failure()
-                wait = self.retry
-            await self._sleep(wait, stopped)
+                # a wake-up (new input) cuts the backoff short, but not its first `retry` seconds:
+                # a burst of events must not turn a failing pass into a busy loop
+                delay = self.failed(e)
+                await self._sleep(min(self.retry, delay), stopped, woken=False)
+                await self._sleep(delay - min(self.retry, delay), stopped)
+            else:
+                self.failures, self.last_error = 0, None
+                await self._sleep(wait, stopped)
             await asyncio.sleep(max(0.0, self.spacing - (loop.time() - started)))
 
-    async def _sleep(self, wait: float, stopped: StopFlag | None) -> None:
-        """Until woken, stopped or `wait` seconds passed."""
-        waiters: set[asyncio.Future[Any]] = {asyncio.ensure_future(self.wake.wait())}
+    def failed(self, error: Exception) -> float:
+        """Count and log (once per distinct error) a failed pass; the delay before the next one."""
+        self.failures += 1
+        said = one_line(error)
+        if said != self.last_error:
+            self.log.error("%s failed: %s", self.what, said, exc_info=error)
+            self.last_error = said
+        else:
+            self.log.debug("%s failed again: %s", self.what, said)
+        if self.on_failure is not None:
+            self.on_failure()
+        return float(min(self.retry * 2 ** min(self.failures - 1, 30), self.max_retry))
+
+    async def _sleep(self, wait: float, stopped: StopFlag | None, woken: bool = True) -> None:
+        """Until woken (unless `woken` is false), stopped or `wait` seconds passed."""
+        waiters: set[asyncio.Future[Any]] = set()
+        if woken:
+            waiters.add(asyncio.ensure_future(self.wake.wait()))
         if stopped is not None:
             waiters.add(asyncio.ensure_future(stopped.wait()))
+        if not waiters:
+            await asyncio.sleep(wait)
+            return
         try:
             await asyncio.wait(waiters, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
         finally:

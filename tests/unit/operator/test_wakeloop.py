@@ -47,7 +47,7 @@ def test_failure_is_logged_counted_and_retried(caplog: pytest.LogCaptureFixture)
 
     asyncio.run(main())
     assert len(calls) == 2 and failures == [1]
-    assert "x: pass failed: boom" in caplog.text
+    assert "x: pass failed: RuntimeError: boom" in caplog.text
 
 
 def test_a_burst_of_pokes_makes_one_more_pass() -> None:

@@ -69,16 +69,22 @@ def fake() -> Iterator[FakePrometheus]:
             state.asked.append((parts.path, params))
             time.sleep(state.delay)
             code, body = state.answer(parts.path, params)
-            self.send_response(code)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (the timeout tests make it): nothing to answer
 
         def log_message(self, format: str, *args: object) -> None:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
+    # handler threads are joined on close: one still sleeping must not print into a later test's
+    # captured output (CliRunner swaps sys.stderr for the whole process)
+    server.daemon_threads = False
+    server.block_on_close = True
     state.url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()

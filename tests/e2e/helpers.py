@@ -44,6 +44,16 @@ def get_json(cluster: LocalCluster, *args: str) -> Any:
     return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
 
 
+def sr_doc(cluster: LocalCluster, name: str = "simulated-gpu") -> dict[str, Any]:
+    """SpecialResource `name` as JSON ({} when absent); the default is the example's."""
+    out = cluster.kubectl("get", "sr", name, "-o", "json", check=False)
+    return json.loads(out.stdout) if out.returncode == 0 else {}
+
+
+def condition(doc: dict[str, Any], ctype: str) -> dict[str, Any]:
+    return next((c for c in doc.get("status", {}).get("conditions", []) if c["type"] == ctype), {})
+
+
 def sleeping_pod(name: str, namespace: str, resource: str, image: str, count: int = 1) -> dict[str, Any]:
     """A pod that holds `count` devices of `resource` and sleeps (labelled as a test's)."""
     return {

@@ -17,7 +17,6 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -34,7 +33,7 @@ from sro.api.names import (
 )
 from sro.api.recipes import SIMULATED_GPU
 from sro.local.cluster import LocalCluster
-from tests.e2e.helpers import figure, get_json, sro, wait_for
+from tests.e2e.helpers import condition, figure, get_json, sr_doc, sro, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -44,15 +43,6 @@ BAD = "broken-templates"
 CHAIN = STATE_NAMES  # the example turns every state on: the whole chain, in order
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "simulated-gpu.yaml"
 DRIVER_ROOT = Path(SIMULATED_GPU.driver_root)
-
-
-def sr_doc(cluster: LocalCluster, name: str = SR) -> dict[str, Any]:
-    out = cluster.kubectl("get", "sr", name, "-o", "json", check=False)
-    return json.loads(out.stdout) if out.returncode == 0 else {}
-
-
-def condition(doc: dict[str, Any], ctype: str) -> dict[str, Any]:
-    return next((c for c in doc.get("status", {}).get("conditions", []) if c["type"] == ctype), {})
 
 
 def node_labels(cluster: LocalCluster) -> dict[str, str]:

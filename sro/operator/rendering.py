@@ -7,6 +7,11 @@ ownership need — our labels, the owner reference, node affinity on the previou
 admin's tolerations, priority class, image, args, env and resources — so one template serves both.
 Kinds that `sro install` owns (Namespace, ServiceAccount, RBAC) are left out: the operator creates
 no RBAC at run time.
+
+Values from a spec or a custom recipe enter the objects as data, never as YAML text (issue 21 §2): a
+value that is not a plain name or path is rendered as an opaque token, and the token is replaced by
+the value in the parsed objects. So a newline, `: `, `#`, quotes, braces or `{{ }}` in
+`devicePlugin.image` stay in the image string; they cannot add `hostPID` or another key.
 """
 
 from __future__ import annotations
@@ -14,9 +19,12 @@ from __future__ import annotations
 import copy
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+import secrets
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import yaml
 
 from sro.api.images import pull_policy_for
 from sro.api.names import (
@@ -33,6 +41,24 @@ from sro.api.recipes import Recipe
 from sro.api.specialresource import SpecialResourceSpec, StateSpec
 from sro.install.objects import INSTALL_KINDS
 from sro.manifests import render
+
+# The template values that come from a spec or a custom recipe (the rest are sro's own names, enums
+# and numbers), and for the two block-scalar configs, how the template's literal block would have
+# trimmed them (`|` keeps one final newline; devices_config is `trim`med first).
+SPEC_VALUES = (
+    "image",
+    "driver_image",
+    "driver_version",
+    "plugin_config",
+    "devices_config",
+    "cuda_sample",
+    "resource",
+    "driver_root",
+)
+_BLOCK_TRIM: dict[str, Callable[[str], str]] = {
+    "plugin_config": lambda v: re.sub(r"(?:\n[ \t]*)+\Z", "", v),
+    "devices_config": str.strip,
+}
 
 # A node selector term: key -> value ("" = the key must exist).
 Term = Mapping[str, str]
@@ -99,14 +125,67 @@ def render_state(ctx: Context, state: str, component: str, **values: Any) -> lis
         state=state,
     )
     base.update(values)
+    base, tokens = _as_tokens(base)
     try:
-        docs = render(component, ctx.overrides(state), **base)
+        docs = _restore(render(component, ctx.overrides(state), **base), tokens)
     except ValueError as e:
         raise RenderError(f"state {state}: {e}") from e
     for i, doc in enumerate(docs):
         if not isinstance(doc, dict) or "kind" not in doc or "metadata" not in doc:
             raise RenderError(f"state {state}: document {i + 1} is not a Kubernetes object (kind/metadata)")
     return [d for d in docs if d["kind"] not in INSTALL_KINDS]
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9/][A-Za-z0-9._/@+-]*(?::[A-Za-z0-9._/@+-]+)*")
+
+
+def plain_scalar(value: str) -> bool:
+    """True for a name or path (`localhost/sro:1.0`, `/run/nvidia`) that reads back as the same
+    string wherever a template puts it (plain, quoted, in a flow mapping)."""
+    if not _PLAIN.fullmatch(value):
+        return False
+    try:
+        return bool(yaml.safe_load(value) == value)
+    except yaml.YAMLError:
+        return False
+
+
+def _as_tokens(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """`values` with each spec value that is not a plain YAML scalar replaced by a token that is;
+    the tokens, to put the values back once the YAML is parsed."""
+    out = dict(values)
+    tokens: dict[str, str] = {}
+    nonce = secrets.token_hex(6)
+    for key in SPEC_VALUES:
+        value = out.get(key)
+        if not isinstance(value, str) or not value:
+            continue
+        if key in _BLOCK_TRIM:
+            value = _BLOCK_TRIM[key](value)
+        if key in _BLOCK_TRIM or not plain_scalar(value):
+            token = f"sro-value-{nonce}-{len(tokens)}"
+            tokens[token] = value
+            out[key] = token
+    return out, tokens
+
+
+def _restore(obj: Any, tokens: Mapping[str, str]) -> Any:
+    """`obj` with every token in its strings (keys too) replaced by its value, in one pass: a value
+    that looks like a token is never replaced again."""
+    if not tokens:
+        return obj
+    pattern = re.compile("|".join(re.escape(t) for t in tokens))
+
+    def walk(o: Any) -> Any:
+        if isinstance(o, str):
+            return pattern.sub(lambda m: tokens[m.group(0)], o)
+        if isinstance(o, dict):
+            return {walk(k): walk(v) for k, v in o.items()}
+        if isinstance(o, list):
+            return [walk(v) for v in o]
+        return o
+
+    return walk(obj)
 
 
 def node_affinity(terms: Sequence[Term]) -> dict[str, Any]:

@@ -162,6 +162,51 @@ def admit(obs: Observed, namespace: str) -> Admitted | Refusal:
     return Admitted(spec, recipe)
 
 
+RESERVED_PREFIX = "sro-"  # names of objects sro makes: its install, every state, quotas, pods
+
+
+def custom_conflict(
+    objects: Sequence[Mapping[str, Any]],
+    builtin: Sequence[Mapping[str, Any]],
+    shaping: Sequence[Mapping[str, Any]],
+) -> Refusal | None:
+    """Why the custom manifests may not be applied, if they take an object sro makes itself: the
+    name of another of this SpecialResource's objects (rendered twice), or — for an object only they
+    add — a name with sro's prefix (another SpecialResource's, the operator's, a quota's) or one of
+    the partitioning objects. Applied, such an object would be adopted and then deleted with this
+    SpecialResource. `objects` are the rendered objects with the custom manifests, `builtin`
+    without them."""
+
+    def key(o: Mapping[str, Any]) -> tuple[str, str]:
+        return (str(o["kind"]), str(o["metadata"]["name"]))
+
+    def named(o: Mapping[str, Any]) -> str:
+        ns = o["metadata"].get("namespace")
+        return f"{o['kind']} {ns + '/' if ns else ''}{o['metadata']['name']}"
+
+    seen: set[tuple[str, str]] = set()
+    for o in objects:
+        if key(o) in seen:
+            return Refusal(
+                "CustomManifestConflict",
+                f"spec.customManifests: {named(o)} is rendered twice: a custom manifest may not take the "
+                "name of an object sro renders (replace that file instead, same file name)",
+            )
+        seen.add(key(o))
+    own = {key(o) for o in builtin}
+    taken = {key(o) for o in shaping}
+    for o in objects:
+        if key(o) in own:
+            continue
+        if key(o) in taken or str(o["metadata"]["name"]).startswith(RESERVED_PREFIX):
+            return Refusal(
+                "CustomManifestConflict",
+                f"spec.customManifests: {named(o)} takes the name of an object sro makes (the prefix "
+                f"{RESERVED_PREFIX!r} and the partitioning objects are sro's); name it otherwise",
+            )
+    return None
+
+
 def refused(obs: Observed, refusal: Refusal) -> Plan:
     """The plan of a SpecialResource that cannot be deployed: only its status, looked at again later."""
     return refusal_plan(obs.sr, refusal)

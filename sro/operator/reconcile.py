@@ -13,6 +13,7 @@ nodes), `walk` (one node over the states), `upgrade` (driver upgrades), `taints`
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -25,6 +26,7 @@ from sro.operator.admission import (
     claim_of,
     conflict_message,
     contested,
+    custom_conflict,
     matches,
     refused,
     selection_terms,
@@ -74,10 +76,15 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
     chain: list[State] = [s for s in STATES if s.enabled(ctx)]
     try:
         objects = _render(ctx, chain, selected, terms, sorted(held))
+        # what sro renders itself, to tell the custom manifests' own objects (only with them)
+        builtin = _render(replace(ctx, custom={}), chain, selected, terms, sorted(held)) if ctx.custom else []
     except (RenderError, ValueError) as e:
         return refused(obs, Refusal("RenderFailed", str(e), recipe.resource))
 
     shaping = partitioning.objects(sr.name, sr.uid, spec, recipe, obs.namespaces)
+    clash = custom_conflict(objects, builtin, shaping) if ctx.custom else None
+    if clash is not None:
+        return refused(obs, replace(clash, resource=recipe.resource))
     all_refused = bool(held) and not selected
     if all_refused:  # every node it selects is another's: nothing deployed (what it had is removed)
         objects, shaping = [], []

@@ -1,0 +1,78 @@
+"""An object from custom manifests may not take the name of an object sro makes itself, for this or
+another SpecialResource (issue 21 §2): applied, it would be force-adopted and then deleted with this
+SpecialResource. The reconcile refuses it with Degraded naming the object; a custom file that
+replaces a built-in one (same file name) still renders that file's objects."""
+
+from __future__ import annotations
+
+import pytest
+
+from sro.manifests import templates
+from sro.operator.reconcile import reconcile
+from tests.unit.operator.test_reconcile import NOW, NS, SR, cond, node, observed, sr
+
+SPEC = {"recipe": "simulated-gpu", "customManifests": "mine"}
+
+
+def _cm(kind: str, name: str) -> str:
+    return f"apiVersion: v1\nkind: {kind}\nmetadata:\n  name: {name}\ndata: {{a: b}}\n"
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "what"),
+    [
+        ("Deployment", "sro-operator", "Deployment sro-system/sro-operator"),  # the operator itself
+        ("DaemonSet", "sro-discovery", "DaemonSet sro-system/sro-discovery"),  # sro install's
+        (
+            "DaemonSet",
+            "sro-other-device-plugin",
+            "DaemonSet sro-system/sro-other-device-plugin",
+        ),  # another SR's
+        (
+            "DaemonSet",
+            f"sro-{SR}-runtime",
+            f"DaemonSet sro-system/sro-{SR}-runtime",
+        ),  # this SR's, added twice
+        ("ConfigMap", f"sro-{SR}-device-plugin", f"ConfigMap sro-system/sro-{SR}-device-plugin"),
+        ("ConfigMap", "sro-discovery-config", "ConfigMap sro-system/sro-discovery-config"),
+    ],
+)
+def test_a_custom_object_may_not_take_a_name_sro_makes(kind: str, name: str, what: str) -> None:
+    custom = {"device-plugin.0600_extra.yaml": _cm(kind, name)}
+    other = sr(name="other", created="2026-11-22T11:00:00Z")
+    plan = reconcile(
+        observed([node("a")], the_sr=sr(SPEC), custom_manifests=custom, others=(other,)), NS, NOW
+    )
+    assert not plan.deployable and not plan.apply and not plan.create_pods and not plan.node_patches
+    degraded = cond(plan, "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "CustomManifestConflict"
+    assert what in degraded["message"] and "spec.customManifests" in degraded["message"]
+
+
+def test_a_custom_priority_class_may_not_take_a_partitioning_one() -> None:
+    spec = {**SPEC, "partitioning": {"priorities": [{"name": "gpu-high", "value": 1000}]}}
+    custom = {
+        "runtime.0600_pc.yaml": "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: gpu-high}\nvalue: 5\n"
+    }
+    plan = reconcile(observed([node("a")], the_sr=sr(spec), custom_manifests=custom), NS, NOW)
+    assert cond(plan, "Degraded")["reason"] == "CustomManifestConflict"
+    assert (
+        "PriorityClass" in cond(plan, "Degraded")["message"]
+        and "gpu-high" in cond(plan, "Degraded")["message"]
+    )
+
+
+def test_a_replaced_file_keeps_its_objects_and_other_names_are_free() -> None:
+    original = templates("device-plugin")["0300_configmap.yaml"]
+    replaced = original.replace("metadata:\n", "metadata:\n  annotations: {note: custom}\n", 1)
+    assert replaced != original
+    custom = {
+        "device-plugin.0300_configmap.yaml": replaced,  # the same file name: replaces sro's
+        "device-plugin.0600_extra.yaml": _cm("ConfigMap", f"extra-{SR}"),
+    }
+    plan = reconcile(observed([node("a")], the_sr=sr(SPEC), custom_manifests=custom), NS, NOW)
+    assert plan.deployable, plan.status["conditions"]
+    names = {(o["kind"], o["metadata"]["name"]) for o in plan.apply}
+    assert ("ConfigMap", f"extra-{SR}") in names and ("ConfigMap", f"sro-{SR}-device-plugin") in names
+    plugin_cm = next(o for o in plan.apply if o["metadata"]["name"] == f"sro-{SR}-device-plugin")
+    assert plugin_cm["kind"] == "ConfigMap" and plugin_cm["metadata"]["annotations"] == {"note": "custom"}

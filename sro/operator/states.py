@@ -226,6 +226,9 @@ class ValidationState(State):
         if len(docs) != 1:
             raise ValueError(f"state {self.name}: the validation templates must render exactly one Pod")
         obj = decorate(docs[0], ctx, self.name)
+        # sro's name, whatever a custom template says: the pod is found by it on the next pass, and
+        # a custom name could take another SpecialResource's pod (issue 21 §2)
+        obj["metadata"]["name"] = values["name"]
         obj["metadata"].setdefault("annotations", {})[INPUTS_ANNOTATION] = inputs
         return obj
 

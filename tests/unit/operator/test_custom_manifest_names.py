@@ -5,11 +5,13 @@ replaces a built-in one (same file name) still renders that file's objects."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from sro.manifests import templates
 from sro.operator.reconcile import reconcile
-from tests.unit.operator.test_reconcile import NOW, NS, SR, cond, node, observed, sr
+from tests.unit.operator.test_reconcile import NOW, NS, SR, cond, context, node, observed, sr, state
 
 SPEC = {"recipe": "simulated-gpu", "customManifests": "mine"}
 
@@ -76,3 +78,17 @@ def test_a_replaced_file_keeps_its_objects_and_other_names_are_free() -> None:
     assert ("ConfigMap", f"extra-{SR}") in names and ("ConfigMap", f"sro-{SR}-device-plugin") in names
     plugin_cm = next(o for o in plan.apply if o["metadata"]["name"] == f"sro-{SR}-device-plugin")
     assert plugin_cm["kind"] == "ConfigMap" and plugin_cm["metadata"]["annotations"] == {"note": "custom"}
+
+
+def test_a_custom_validation_pod_keeps_sros_name() -> None:
+    """A custom validation template naming its pod after another SpecialResource's gets sro's name
+    (before: the other's pod was taken, and this one's never found, so made again on every pass)."""
+    pod = templates("validation")["0500_pod.yaml"].replace(
+        "name: {{ name }}", "name: sro-other-driver-validation-a", 1
+    )
+    ctx = replace(context(sr(SPEC)), custom={"driver-validation.0500_pod.yaml": pod})
+    v = state("driver-validation")
+    made = v.pod(ctx, "a", "inputs")
+    assert made["metadata"]["name"] == v.pod_name(ctx, "a") and made["metadata"]["name"].startswith(
+        f"sro-{SR}-"
+    )

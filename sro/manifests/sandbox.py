@@ -6,7 +6,9 @@ untrusted code. Jinja2's ImmutableSandboxedEnvironment stops attribute walks to 
 50 MB. Here every operation that can build a large value from a small template — `*`, `**`, `%`,
 `~` (concatenation), calls of functions, methods and macros, filters and `str.format` — is checked
 before it runs against an estimate of what it builds (at most `MAX_VALUE` characters), and a
-render's output against `MAX_OUTPUT`; `range` stays the sandbox's bounded one. `namespace` (the
+render's output against `MAX_OUTPUT`; `range` stays the sandbox's bounded one, and a render makes
+at most `MAX_STEPS` loop iterations and calls (nested loops or a macro calling itself twice would
+otherwise hold the operator's event loop for hours). `namespace` (the
 only mutable accumulator a template has) and `lipsum` are not offered. A refused operation raises
 `jinja2.sandbox.SecurityError`, a `TemplateError`, which the callers already report as a bad
 template naming its file.
@@ -14,6 +16,7 @@ template naming its file.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import re
 import string
@@ -29,6 +32,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 MAX_VALUE = 1 << 20  # characters (or list items) one operation may build
 MAX_OUTPUT = 4 << 20  # characters one template may render (the largest built-in is ~60 KB)
 MAX_WIDTH = 10_000  # a format width or precision
+MAX_STEPS = 100_000  # loop iterations and calls one render may make (the built-in templates: < 100)
 _DEPTH = 8  # how deep an estimate looks into nested lists and dicts
 
 # a %-format conversion: its width and precision are read as numbers
@@ -141,8 +145,59 @@ def bounded_concat(parts: tuple[Any, ...]) -> str:
     return "".join(texts)
 
 
+class _Steps:
+    """The loop iterations and calls one render may still make."""
+
+    def __init__(self) -> None:
+        self.left = MAX_STEPS
+
+    def take(self) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise SecurityError(f"the template makes more than {MAX_STEPS} loop iterations and calls")
+
+
+_steps: contextvars.ContextVar[_Steps | None] = contextvars.ContextVar("sro_template_steps", default=None)
+
+
+def _take_step() -> None:
+    steps = _steps.get()
+    if steps is not None:
+        steps.take()
+
+
+def counted(iterable: Any) -> Iterator[Any]:
+    for item in iterable:
+        _take_step()
+        yield item
+
+
 class _CodeGenerator(CodeGenerator):
-    """Sends `~` through `bounded_concat` (Jinja2 has no interception hook for it)."""
+    """Sends `~` through `bounded_concat` (Jinja2 has no interception hook for it), and counts
+    every `for` loop's iterations against the render's step budget (nested loops over a long
+    string or `range` would otherwise hold the operator's event loop for hours)."""
+
+    def visit_For(self, node: nodes.For, frame: Frame) -> None:
+        loop_iter = node.iter
+        previous = self.__dict__.get("visit")  # a wrapper of an enclosing loop, if any
+        visit = previous or super().visit
+
+        def visit_counting(n: nodes.Node, *args: Any, **kwargs: Any) -> Any:
+            if n is not loop_iter:
+                return visit(n, *args, **kwargs)
+            self.write("environment.counted(")
+            visit(n, *args, **kwargs)
+            self.write(")")
+            return None
+
+        setattr(self, "visit", visit_counting)  # noqa: B010  (an instance attribute shadows the method)
+        try:
+            super().visit_For(node, frame)
+        finally:
+            if previous is None:
+                del self.visit
+            else:
+                setattr(self, "visit", previous)  # noqa: B010
 
     def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
         self.write("environment.bounded_concat((")
@@ -184,8 +239,10 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         self.globals.pop("lipsum", None)
         self.filters = {name: _guard_filter(name, f) for name, f in self.filters.items()}
         self.bounded_concat = bounded_concat
+        self.counted = counted
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        _take_step()
         owner = getattr(__obj, "__self__", None)
         name = str(getattr(__obj, "__name__", ""))
         what = f"the call of {name or 'a function'}"
@@ -214,13 +271,20 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
 
 
 def render_bounded(template: jinja2.Template, values: dict[str, Any]) -> str:
-    """The template's output, refused once it passes MAX_OUTPUT characters."""
+    """The template's output, refused once it passes MAX_OUTPUT characters or MAX_STEPS loop
+    iterations and calls (a macro recursing without end is refused too)."""
     out: list[str] = []
     total = 0
-    chunks: Iterator[str] = template.generate(**values)
-    for chunk in chunks:
-        total += len(chunk)
-        if total > MAX_OUTPUT:
-            raise SecurityError(f"the template renders more than {MAX_OUTPUT} characters")
-        out.append(chunk)
+    token = _steps.set(_Steps())
+    try:
+        chunks: Iterator[str] = template.generate(**values)
+        for chunk in chunks:
+            total += len(chunk)
+            if total > MAX_OUTPUT:
+                raise SecurityError(f"the template renders more than {MAX_OUTPUT} characters")
+            out.append(chunk)
+    except RecursionError:
+        raise SecurityError("the template recurses too deep") from None
+    finally:
+        _steps.reset(token)
     return "".join(out)

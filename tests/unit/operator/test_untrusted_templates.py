@@ -4,6 +4,7 @@ over a recorded state and gets the SpecialResource Degraded (RenderFailed), as a
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,29 @@ def test_ordinary_template_code_still_works() -> None:
         '{% for i in range(3) %}{{ i }}{% endfor %} {{ "l1\\nl2" | indent(2) }}'
     )
     assert render_template(text, {}) == "12 a1 a-2 a/b k:  7 cb xxx 1024012 l1\n  l2"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+        '{% set s = "x" * 100000 %}{% for a in s %}{% for b in s %}{% endfor %}{% endfor %}',
+        "{% macro f(n) %}{% if n %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(60) }}",
+        "{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}",
+    ],
+)
+def test_a_template_cannot_spin_the_operator(text: str) -> None:
+    started = time.monotonic()
+    degraded = _reconcile_custom(f"kind: ConfigMap\nmetadata: {{name: x}}\ndata: {{a: '{text}'}}\n")
+    assert degraded["reason"] == "RenderFailed"
+    assert "loop iterations and calls" in str(degraded["message"]) or "recurses" in str(degraded["message"])
+    assert time.monotonic() - started < 5
+
+
+def test_loops_still_work() -> None:
+    text = (
+        "{% for i in range(3) %}{{ loop.index }}{% endfor %} {% for x in [1, 2] if x > 1 %}{{ x }}{% endfor %} "
+        '{% for a, b in {"k": "v"}.items() %}{{ a }}={{ b }}{% else %}none{% endfor %} '
+        "{% for x in [] %}{{ x }}{% else %}none{% endfor %}"
+    )
+    assert render_template(text, {}) == "123 2 k=v none"

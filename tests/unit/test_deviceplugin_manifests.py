@@ -60,6 +60,8 @@ def test_runtime_class_for_nvml() -> None:
     pod = _objects(recipe="nvidia-gpu", runtime_class="sro")["DaemonSet"]["spec"]["template"]["spec"]
     assert pod["runtimeClassName"] == "sro"
     assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"} in pod["containers"][0]["env"]
+    # the management request the hook honours only in the operator's namespace (issue 21 §1)
+    assert {"name": "SRO_MANAGEMENT_DEVICES", "value": "all"} in pod["containers"][0]["env"]
     assert "runtimeClassName" not in _objects(recipe="simulated-gpu")["DaemonSet"]["spec"]["template"]["spec"]
 
 

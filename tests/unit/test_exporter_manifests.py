@@ -92,6 +92,7 @@ def test_operator_values() -> None:
     )
     assert pod["runtimeClassName"] == "sro"
     assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"} in c["env"]
+    assert {"name": "SRO_MANAGEMENT_DEVICES", "value": "all"} in c["env"]  # honoured in sro's namespace only
 
 
 def test_install_creates_the_account_and_role() -> None:

@@ -88,3 +88,11 @@ def test_simulated_is_labelled_and_mounts_its_driver_root() -> None:
         "/usr",
         "/dev",
     }
+
+
+def test_the_hook_honours_management_requests_in_the_operators_namespace_only() -> None:
+    docs = render("runtime", image="localhost/sro:test", namespace="gpu-operators")
+    ds = next(d for d in docs if d["kind"] == "DaemonSet")
+    command = ds["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert "--management-namespace=gpu-operators" in command
+    assert not any("accept-envvar-unprivileged" in a for a in command)  # the unsafe option stays off

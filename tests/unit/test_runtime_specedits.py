@@ -159,6 +159,44 @@ def test_launcher_passes_everything_but_create_straight_to_runc(tmp_path: Path) 
         launcher.render("python3")
 
 
+@pytest.mark.parametrize(
+    ("spec", "through_python"),
+    [
+        # a device plugin's allocation: containerd writes compact JSON, runc/podman indented
+        ({"linux": {"devices": [{"path": "/dev/sro-simgpu1", "type": "c", "major": 240, "minor": 1}]}}, True),
+        ({"process": {"env": ["SRO_MANAGEMENT_DEVICES=all"]}}, True),  # the management request
+        (
+            {
+                "process": {"env": ["PATH=/bin"]},
+                "linux": {"devices": [], "resources": {"devices": [{"allow": False}]}},
+            },
+            False,
+        ),
+        ({"root": {"path": "rootfs"}, "process": {"env": ["DEV=/dev/"]}}, False),
+    ],
+)
+@pytest.mark.parametrize("indent", [None, 1])
+def test_launcher_prefilter_lets_every_channel_through(
+    tmp_path: Path, spec: dict[str, Any], through_python: bool, indent: int | None
+) -> None:
+    """What `activation` may honour must reach Python: the allocation in linux.devices (issue 21 §1)."""
+    log = tmp_path / "log"
+    runc, python = tmp_path / "runc", tmp_path / "python"
+    runc.write_text(f"#!/bin/sh\necho runc >> {log}\n")
+    python.write_text(f"#!/bin/sh\necho python >> {log}\n")
+    for f in (runc, python):
+        f.chmod(0o755)
+    bundle = tmp_path / "b"
+    bundle.mkdir()
+    (bundle / "config.json").write_text(json.dumps(spec, indent=indent))
+    script = tmp_path / "sro-runc"
+    launcher.write(str(script), str(python), str(runc), "hook", [])
+    subprocess.run(
+        [str(script), "create", "--bundle", str(bundle), "c1"], check=True, env={"PATH": "/usr/bin:/bin"}
+    )
+    assert log.read_text().split() == (["python"] if through_python else ["runc"])
+
+
 def test_hooks_d_through_the_cli(tmp_path: Path) -> None:
     from click.testing import CliRunner
 

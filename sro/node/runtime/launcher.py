@@ -4,7 +4,8 @@ Why a shell script: containerd calls the runtime binary for every `state`, `kill
 `start`... of every container; only `create` needs Python. The launcher finds the subcommand in the
 shell and execs runc directly for everything else, so the wrapper costs nothing off the create path.
 On `create` it first greps the bundle's config.json for anything that could ask for devices (a
-superset: `*_VISIBLE_DEVICES=`, `"sro.dev/`, `"cdi.k8s.io/`); only then does it exec
+superset: `*_VISIBLE_DEVICES=`, `SRO_MANAGEMENT_DEVICES=`, `"sro.dev/`, `"cdi.k8s.io/`, and a
+`linux.devices` entry `"path":"/dev/...` — a device plugin's allocation); only then does it exec
 `<python> -I -S -c <bootstrap of sro.node.runtime.wrapper>`, with a fixed environment.
 
 Once no recipe is installed, `sro runtime uninstall` puts the pass-through launcher of
@@ -47,9 +48,10 @@ for a in "$@"; do
     esac
   fi
 done
-# A cheap superset of what activation reads: *_VISIBLE_DEVICES= in the env, sro.dev/ or cdi.k8s.io/
-# annotations. Python decides for real; containers that cannot match never start it.
-if [ -n "$sub" ] && grep -qE '_VISIBLE_DEVICES=|"(sro\\.dev|cdi\\.k8s\\.io)/' "$bundle/config.json" 2>/dev/null; then
+# A cheap superset of what activation reads: *_VISIBLE_DEVICES= or SRO_MANAGEMENT_DEVICES= in the
+# env, sro.dev/ or cdi.k8s.io/ annotations, device nodes in linux.devices (a device plugin's
+# allocation). Python decides for real; containers that cannot match never start it.
+if [ -n "$sub" ] && grep -qE '_VISIBLE_DEVICES=|SRO_MANAGEMENT_DEVICES=|"(sro\\.dev|cdi\\.k8s\\.io)/|"path": ?"/dev/' "$bundle/config.json" 2>/dev/null; then
   exec /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin {python} -I -S -c {boot} \\
     --runc "$runc" {options} -- "$@"
 fi

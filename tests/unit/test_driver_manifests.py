@@ -1,5 +1,5 @@
-"""The driver state's manifests: the simulated driver as `sro driver simulate --hold` in a privileged
-pod with its config, a driver container for real GPUs, and nothing when the driver is on the host."""
+"""The driver state's manifests: the simulated driver as `sro driver simulate --hold` in a pod with
+CAP_MKNOD alone and its config, a driver container for real GPUs, and nothing when the driver is on the host."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def _pod(objs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return objs["DaemonSet"]["spec"]["template"]["spec"]  # type: ignore[no-any-return]
 
 
-def test_simulated_driver_holds_the_driver_in_a_privileged_pod() -> None:
+def test_simulated_driver_holds_the_driver_with_cap_mknod_alone() -> None:
     objs = _objects(recipe="simulated-gpu")
     assert sorted(objs) == ["ConfigMap", "DaemonSet", "ServiceAccount"]
     sa, cm, ds = objs["ServiceAccount"], objs["ConfigMap"], objs["DaemonSet"]
@@ -42,7 +42,12 @@ def test_simulated_driver_holds_the_driver_in_a_privileged_pod() -> None:
     assert pod["terminationGracePeriodSeconds"] >= 10
     (c,) = pod["containers"]
     assert c["image"] == "localhost/sro:test" and c["imagePullPolicy"] == "Never"
-    assert c["securityContext"] == {"privileged": True}
+    assert c["securityContext"] == {
+        "runAsUser": 0,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"], "add": ["MKNOD"]},
+    }
     assert c["command"] == [
         "sro", "driver", "simulate", "--config=/etc/sro/driver/devices.yaml", "--hold",
         "--driver-root=/host/var/lib/sro/driver/simulated-gpu", "--dev-root=/host/dev",

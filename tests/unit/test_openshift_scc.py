@@ -113,8 +113,7 @@ def test_privileged_pods_are_the_driver_and_its_validation() -> None:
     privileged = sorted(
         w for w, p in PODS if any((c.get("securityContext") or {}).get("privileged") for c in p["containers"])
     )
-    assert privileged == [
-        "driver[0] DaemonSet sro-gpus-driver-6-1",
+    assert privileged == [  # the simulated driver (driver[0]) has CAP_MKNOD alone
         "driver[1] DaemonSet sro-gpus-driver-6-1",
         "validation[2] Pod sro-gpus-validate",
     ]

@@ -122,6 +122,12 @@ timeout_option = click.option(
     "ClusterOperator; refused where config.openshift.io is not served. With --output: the "
     f"deploy/openshift/ overlay alone (`{OVERLAY_COMMAND}`).",
 )
+@click.option(
+    "--discovery-labels-nodes",
+    is_flag=True,
+    help="Discovery labels its own Node (a ClusterRole with patch on every Node) instead of writing the "
+    "labels into its NodeFeature for the operator to apply (the default: no node agent may patch Nodes).",
+)
 @timeout_option
 @kubeconfig_option
 def install(
@@ -133,6 +139,7 @@ def install(
     output: Path | None,
     wait: bool,
     platform: str,
+    discovery_labels_nodes: bool,
     timeout: float,
     kubeconfig: str | None,
 ) -> None:
@@ -157,7 +164,12 @@ def install(
             )
             return
         objs = objects(
-            namespace, image, pull_policy or pull_policy_for(image), operator=operator, platform=platform
+            namespace,
+            image,
+            pull_policy or pull_policy_for(image),
+            operator=operator,
+            platform=platform,
+            discovery_labels_nodes=discovery_labels_nodes,
         )
     except InstallError as e:
         raise click.ClickException(str(e)) from e
@@ -260,13 +272,14 @@ def uninstall(namespace: str, keep_crd: bool, force: bool, timeout: float, kubec
     from sro.kube import applying
 
     try:
-        objs = objects(namespace)
+        # every object either mode installs: --discovery-labels-nodes adds a ClusterRole and its binding
+        objs = objects(namespace, discovery_labels_nodes=True)
     except InstallError as e:
         raise click.ClickException(str(e)) from e
     with steps(f"Uninstalling sro from namespace {namespace}") as progress:
         client = _client(kubeconfig)
         if _is_openshift(client):  # the SCCs, grants and ClusterOperator of --platform openshift too
-            objs = objects(namespace, platform="openshift")
+            objs = objects(namespace, platform="openshift", discovery_labels_nodes=True)
         _delete_special_resources(client, namespace, force, timeout, progress)
         last = [o for o in objs if o["kind"] in ("CustomResourceDefinition", "Namespace")]
         for obj in reversed([o for o in objs if o not in last]):

@@ -128,9 +128,12 @@ def objects(
     pull_policy: str | None = None,
     operator: bool = True,
     platform: str = "kubernetes",
+    discovery_labels_nodes: bool = False,
 ) -> list[dict[str, Any]]:
     """Everything `sro install` applies, in apply order (`operator=False`: all but the Deployment;
-    `platform="openshift"`: with the SCCs and grants of `sro.install.scc`)."""
+    `platform="openshift"`: with the SCCs and grants of `sro.install.scc`; `discovery_labels_nodes`:
+    discovery labels its Node itself, with the ClusterRole that lets it patch Nodes, instead of
+    leaving the labels in its NodeFeature for the operator to apply)."""
     values = {
         "namespace": namespace,
         "image": image,
@@ -139,6 +142,7 @@ def objects(
         # labels of a newly installed driver, and a pass costs a few ms: 10 s keeps nodes waiting
         # seconds, not a minute.
         "sleep_interval": DISCOVERY_INTERVAL,
+        "discovery_labels_nodes": discovery_labels_nodes,
     }
     found: list[dict[str, Any]] = []
     found += component_objects(OPERATOR, values, None)

@@ -11,8 +11,11 @@ Ownership: what this step applied is recorded on the node in `sro.dev/nodefeatur
 only that is ever changed or removed — a rule deleted takes its label back, a label, annotation,
 resource or taint someone set by hand (or the discovery agent's, `sro.dev/feature-labels`) is
 never touched, and an output that would overwrite one is skipped and reported. The one exception is
-the hand-over of `core.noNodeLabels`: a label the agent recorded that sro's own NodeFeature asks for
-is taken over. Extended resources are removed from the record only once they are gone from the
+the hand-over of `core.noNodeLabels` (the default `sro install` configures: the agent may not write
+Nodes, nfd-master's model): once sro's own NodeFeature for a node carries labels, the agent no longer
+labels that node, so every label its record lists is taken over — kept if asked for, removed (and
+struck from its record) if not. The record keeps the keys taken, so that going back to the agent
+labelling the Node hands them back without a flicker. Extended resources are removed from the record only once they are gone from the
 capacity (the status is patched after the record is written).
 """
 
@@ -34,6 +37,7 @@ from sro.nfd.ownership import (
     TaintId,
     decode_feature_labels,
     decode_owned,
+    encode_feature_labels,
 )
 from sro.nfd.rules import parse_rules
 from sro.operator.observed import NodeInfo
@@ -130,6 +134,8 @@ def plan_node(node: NodeInfo, inputs: Inputs, rule_objects: Sequence[RuleObject]
     prev = decode_owned(node.annotations.get(RULES_OWNED_ANNOTATION))
     agents = decode_feature_labels(node.annotations.get(FEATURE_LABELS_ANNOTATION, ""))
     ours_asked = inputs.ours.get(node.name, frozenset())
+    # the agent puts its labels in its NodeFeature (core.noNodeLabels): its record is ours to settle
+    agent_handed_over = bool(ours_asked)
 
     desired_labels: dict[str, str] = {}
     for key, value in inputs.labels.get(node.name, {}).items():
@@ -150,7 +156,7 @@ def plan_node(node: NodeInfo, inputs: Inputs, rule_objects: Sequence[RuleObject]
     labels: dict[str, str | None] = {}
     owned_labels: set[str] = set()
     for key, value in sorted(desired_labels.items()):
-        handed_over = key in agents and key in ours_asked  # the one exception: core.noNodeLabels
+        handed_over = key in agents and agent_handed_over  # the one exception: core.noNodeLabels
         if key in node.labels and key not in prev.labels and not handed_over:
             skipped.append(f"label {key}")
             continue
@@ -160,6 +166,10 @@ def plan_node(node: NodeInfo, inputs: Inputs, rule_objects: Sequence[RuleObject]
     for key in sorted(prev.labels - owned_labels):
         if key in node.labels and key not in agents:  # the agent's again (hand-back): only forgotten
             labels[key] = None
+    if agent_handed_over:
+        for key in sorted(agents - owned_labels):
+            if key in node.labels:  # the agent would have removed it; it can no longer
+                labels[key] = None
 
     annotations: dict[str, str | None] = {}
     owned_annotations: set[str] = set()
@@ -224,6 +234,11 @@ def plan_node(node: NodeInfo, inputs: Inputs, rule_objects: Sequence[RuleObject]
     record = owned.encode()
     if record != node.annotations.get(RULES_OWNED_ANNOTATION):
         annotations[RULES_OWNED_ANNOTATION] = record
+    if agent_handed_over and FEATURE_LABELS_ANNOTATION in node.annotations:
+        kept_for_agent = agents & owned_labels  # its once, ours now; the rest were removed above
+        agent_record = encode_feature_labels(kept_for_agent) if kept_for_agent else None
+        if agent_record != node.annotations[FEATURE_LABELS_ANNOTATION]:
+            annotations[FEATURE_LABELS_ANNOTATION] = agent_record
     return NodeChange(
         name=node.name,
         labels=labels,

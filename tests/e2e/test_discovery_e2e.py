@@ -1,4 +1,6 @@
-"""Feature discovery on the real local cluster: the DaemonSet labels the real node, removes a label
+"""Feature discovery on the real local cluster, in its direct-labelling mode (`sro install
+--discovery-labels-nodes`; by default it writes only its NodeFeature and the operator applies the
+labels, tests/e2e/test_nodefeaturerule.py): the DaemonSet labels the real node, removes a label
 when its feature goes (a local feature file deleted on the host), leaves a label it does not own
 alone, and `sro discover --cleanup` (run in-cluster with the agent's own service account) leaves
 none of its labels. Every object the test creates is deleted at the end; the namespace stays.
@@ -49,10 +51,14 @@ def _until(what: str, check: Callable[[], bool], cluster: LocalCluster, timeout:
 
 @pytest.fixture
 def deployed(cluster: LocalCluster, sro_image: str) -> Iterator[str]:
-    manifests = render_text(
-        "discovery", namespace=NAMESPACE, image=sro_image, pull_policy="Never", sleep_interval="2s"
-    )
-    objects = [d for d in render("discovery", namespace=NAMESPACE, image=sro_image, pull_policy="Never") if d]
+    values = {
+        "namespace": NAMESPACE,
+        "image": sro_image,
+        "pull_policy": "Never",
+        "discovery_labels_nodes": True,
+    }
+    manifests = render_text("discovery", **values, sleep_interval="2s")
+    objects = [d for d in render("discovery", **values) if d]
     FEATURES_D.mkdir(parents=True, exist_ok=True)
     FEATURE_FILE.write_text(f"# sro e2e\n{OURS.removeprefix(NFD_PREFIX)}=present\n{FOREIGN}=ours\n")
     cluster.kubectl("label", "node", cluster.node_name, f"{FOREIGN}=theirs", "--overwrite")

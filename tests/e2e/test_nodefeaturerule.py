@@ -51,6 +51,8 @@ NOTE = "example.com/sro-e2e-note"
 RESOURCE = "example.com/sro-e2e-widgets"
 TAINT = "example.com/sro-e2e"
 AGENT_LABEL = "example.com/sro-e2e-from-agent"
+FEATURES_D = Path("/etc/kubernetes/node-feature-discovery/features.d")
+FEATURE = "feature.node.kubernetes.io/sro-e2e-nodefeature"
 
 
 def node(cluster: LocalCluster) -> dict[str, Any]:
@@ -249,8 +251,10 @@ def test_a_rule_labels_the_node_and_its_deletion_takes_everything_back(
 def test_discovery_in_the_cluster_writes_the_nodefeature_the_rules_read(
     cluster: LocalCluster, sro_image: str, step: Path
 ) -> None:
-    """The discovery DaemonSet as `sro install` configures it (NodeFeature API on) writes the node's
-    NodeFeature with its own account, owned by the Node; a rule over it labels the node. A discovery
+    """The discovery DaemonSet as `sro install` configures it (NodeFeature API on, no node labels)
+    writes the node's NodeFeature, its labels included, with its own account, which may not patch
+    Nodes; the step applies those labels (as nfd-master does nfd-worker's) and a rule over it labels
+    the node. A discovery
     DaemonSet already running (an installation someone left up) is used as it is and left alone;
     otherwise the test deploys one and afterwards removes it and puts the node's labels back."""
     cluster.kubectl("-n", NS, "delete", "nodefeature", NF_NAME, "--ignore-not-found")  # only the agent's now
@@ -260,9 +264,11 @@ def test_discovery_in_the_cluster_writes_the_nodefeature_the_rules_read(
     before = node(cluster)["metadata"]
     before_labels = dict(before.get("labels", {}))
     before_record = before.get("annotations", {}).get(FEATURE_LABELS)
+    before_applied = before.get("annotations", {}).get(RULES_OWNED_ANNOTATION)
     values = {"namespace": NAMESPACE, "image": sro_image, "pull_policy": "Never", "sleep_interval": "2s"}
     objects = [] if running else render("discovery", **values)
     agent_nf = ["-n", NAMESPACE, "nodefeature", cluster.node_name]
+    feature_file = FEATURES_D / "sro-e2e-nodefeature"
     rule = {
         "apiVersion": "nfd.k8s-sigs.io/v1alpha1",
         "kind": "NodeFeatureRule",
@@ -286,7 +292,32 @@ def test_discovery_in_the_cluster_writes_the_nodefeature_the_rules_read(
             {"apiVersion": "v1", "kind": "Node", "name": cluster.node_name, "uid": uid}
         ]
         assert doc["metadata"]["labels"]["nfd.node.kubernetes.io/node-name"] == cluster.node_name
-        assert "labels" not in doc["spec"]  # the agent still labels the Node itself (the default)
+        # the labels are in the NodeFeature for the operator to apply: the agent may not patch Nodes
+        account = f"--as=system:serviceaccount:{NAMESPACE}:sro-discovery"
+        can = cluster.kubectl("auth", "can-i", "patch", "nodes", account, check=False).stdout.strip()
+        assert can == "no"
+        kernel = "feature.node.kubernetes.io/kernel-version.full"
+        assert doc["spec"]["labels"][kernel]
+        took = wait_for("the agent's labels applied by the step",
+                        lambda: kernel in decode_owned(node(cluster)["metadata"].get("annotations", {})
+                                                       .get(RULES_OWNED_ANNOTATION)).labels, 60,
+                        why=step.read_text)  # fmt: skip
+        figure(f"NodeFeature labels -> on the node through the step: {took:.1f} s")
+        assert node(cluster)["metadata"]["labels"][kernel] == doc["spec"]["labels"][kernel]
+        # a feature that comes and goes on the host: its label arrives and goes through the operator
+        # (latency: the agent's interval, 10 s as installed, plus the step's event-driven pass)
+        feature_file.parent.mkdir(parents=True, exist_ok=True)
+        feature_file.write_text(f"{FEATURE.removeprefix('feature.node.kubernetes.io/')}=yes\n")
+        took = wait_for("a new feature's label through the NodeFeature",
+                        lambda: node(cluster)["metadata"]["labels"].get(FEATURE) == "yes", 60,
+                        why=step.read_text)  # fmt: skip
+        figure(
+            f"feature file written -> its label on the node (agent interval 10 s + the step): {took:.1f} s"
+        )
+        feature_file.unlink()
+        took = wait_for("the label to go with its feature", lambda: FEATURE not in node(cluster)["metadata"]["labels"],
+                        60, why=step.read_text)  # fmt: skip
+        figure(f"feature file removed -> its label gone: {took:.1f} s")
         cluster.kubectl("apply", "-f", "-", input=json.dumps(rule))
         wait_for("the rule's label from the agent's features",
                  lambda: node(cluster)["metadata"].get("labels", {}).get(AGENT_LABEL) == "debian", 60,
@@ -295,6 +326,7 @@ def test_discovery_in_the_cluster_writes_the_nodefeature_the_rules_read(
         wait_for("the label to go with the rule", lambda: AGENT_LABEL not in node(cluster)["metadata"]["labels"], 60,
                  why=step.read_text)  # fmt: skip
     finally:
+        feature_file.unlink(missing_ok=True)
         cluster.kubectl(
             "delete", "nodefeaturerule", rule["metadata"]["name"], "--ignore-not-found", check=False
         )
@@ -315,5 +347,11 @@ def test_discovery_in_the_cluster_writes_the_nodefeature_the_rules_read(
                 cluster.kubectl("label", "node", cluster.node_name, "--overwrite", *added, *back, check=False)
             restore = (
                 f"{FEATURE_LABELS}={before_record}" if before_record is not None else f"{FEATURE_LABELS}-"
+            )
+            cluster.kubectl("annotate", "node", cluster.node_name, "--overwrite", restore, check=False)
+            restore = (
+                f"{RULES_OWNED_ANNOTATION}={before_applied}"
+                if before_applied is not None
+                else f"{RULES_OWNED_ANNOTATION}-"
             )
             cluster.kubectl("annotate", "node", cluster.node_name, "--overwrite", restore, check=False)

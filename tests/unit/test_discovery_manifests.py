@@ -15,9 +15,9 @@ def _objects() -> dict[str, dict[str, object]]:
     return {str(d["kind"]): d for d in docs}
 
 
-def test_cluster_role_may_only_get_and_patch_nodes() -> None:
+def test_cluster_role_may_only_get_nodes() -> None:
     role = _objects()["ClusterRole"]
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
 
 
 def test_daemonset_mounts_host_read_only_and_runs_unprivileged() -> None:

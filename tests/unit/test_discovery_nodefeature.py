@@ -1,5 +1,5 @@
-"""`sro discover` and the NodeFeature API: the object it writes, when it writes it, and the hand-over
-of the Node's labels to the operator with `core.noNodeLabels`; against in-memory fakes of the Node
+"""`sro discover` and the NodeFeature API: the object it writes, when it writes it, and with
+`core.noNodeLabels` the labels in it and the Node never written; against in-memory fakes of the Node
 and the NodeFeature store (the real API server: tests/e2e/test_nodefeaturerule.py)."""
 
 from __future__ import annotations
@@ -17,13 +17,12 @@ from click.testing import CliRunner
 from sro.cli import cli
 from sro.host.root import HostRoot
 from sro.kube.nodefeatures import NodeFeatureApiError
-from sro.kube.nodes import NodeMeta
-from sro.nfd.ownership import RULES_OWNED_ANNOTATION, Owned
+from sro.kube.nodes import NodeApiError, NodeMeta
 from sro.node.discovery.commands import ConfigLoader, Publishing, run_daemon
 from sro.node.discovery.config import Config, parse_config
 from sro.node.discovery.custom import nfd_features
 from sro.node.discovery.nodefeature import NodeFeatureWriter, differs, node_feature
-from sro.node.discovery.publishing import OWNED_ANNOTATION, decode_owned, encode_owned, handover_plan
+from sro.node.discovery.publishing import OWNED_ANNOTATION, decode_owned
 from sro.node.discovery.sources import scan
 from tests.unit.test_discovery_publishing import FakeNodes
 
@@ -138,26 +137,6 @@ def test_writer_creates_updates_only_on_change_and_keeps_others_labels() -> None
     assert stored["spec"]["labels"] == {"a": "2"} and stored["metadata"]["labels"]["someone.else/x"] == "y"
 
 
-def test_handover_plan_gives_labels_to_the_operator_one_by_one() -> None:
-    a, b, gone = NFD + "pci-10de.present", NFD + "cpu-cpuid.AVX", NFD + "old"
-    record = {OWNED_ANNOTATION: encode_owned({a, b, gone})}
-    node = NodeMeta("n1", {a: "true", b: "true", gone: "true"}, record)
-    p = handover_plan(node, {a: "true", b: "true"})
-    assert p.remove_labels == (gone,) and set(p.owned) == {a, b}  # not yet taken: still ours
-    taken = Owned(labels=frozenset({a})).encode()
-    assert taken is not None
-    node = NodeMeta("n1", {a: "true", b: "true"}, {**record, RULES_OWNED_ANNOTATION: taken})
-    p = handover_plan(node, {a: "true", b: "true"})
-    assert p.owned == (b,) and p.remove_labels == () and p.set_labels == {}
-    both = Owned(labels=frozenset({a, b})).encode()
-    assert both is not None
-    node = NodeMeta(
-        "n1", {a: "true", b: "true"}, {OWNED_ANNOTATION: encode_owned({b}), RULES_OWNED_ANNOTATION: both}
-    )
-    p = handover_plan(node, {a: "true", b: "true"})
-    assert p.annotation is None and p.record_changed and p.remove_labels == ()  # record gone, labels stay
-
-
 def test_daemon_both_labels_and_nodefeature(tmp_path: Path) -> None:
     nodes, api = Nodes(), FakeNodeFeatures()
     rc = run_daemon(
@@ -172,19 +151,36 @@ def test_daemon_both_labels_and_nodefeature(tmp_path: Path) -> None:
     assert "labels" not in doc["spec"]  # the agent labels the Node itself
 
 
-def test_daemon_no_node_labels_puts_them_in_the_object_and_hands_over(tmp_path: Path) -> None:
+class ReadOnlyNodes(Nodes):
+    """A Node the agent may read but not patch: the default discovery role (get nodes, no patch)."""
+
+    def patch(self, *args: Any, **kwargs: Any) -> NodeMeta:
+        raise NodeApiError("patch node n1: 403 Forbidden")
+
+
+def test_daemon_no_node_labels_puts_them_in_the_object_and_never_writes_the_node(tmp_path: Path) -> None:
     host = _host(tmp_path)
     nodes, api = Nodes(), FakeNodeFeatures()
     run_daemon(host, ConfigLoader(None), "n1", lambda: nodes, oneshot=True, stop=threading.Event())
     assert nodes.labels[NFD + "system-os_release.ID"] == "debian"  # labelled directly before the switch
+    patches = nodes.patches
     conf = tmp_path / "nfd-worker.conf"
     conf.write_text("core: {enableNodeFeatureApi: true, noNodeLabels: true}\n")
-    run_daemon(host, ConfigLoader(conf), "n1", lambda: nodes, oneshot=True, stop=threading.Event(),
-               nodefeature_factory=lambda: api)  # fmt: skip
+    rc = run_daemon(host, ConfigLoader(conf), "n1", lambda: nodes, oneshot=True, stop=threading.Event(),
+                    nodefeature_factory=lambda: api)  # fmt: skip
+    assert rc == 0
     doc = api.objects[("sro-system", "n1")]
     assert doc["spec"]["labels"][NFD + "system-os_release.ID"] == "debian"
-    assert nodes.labels[NFD + "system-os_release.ID"] == "debian"  # kept until the operator takes it
+    # the Node is left to the operator, which takes over what the agent's record lists
+    assert nodes.patches == patches
     assert NFD + "system-os_release.ID" in decode_owned(nodes.annotations[OWNED_ANNOTATION])
+    # with the default role (no patch on Nodes) a pass succeeds, owner reference and all, even where
+    # an earlier agent's record lists a label no longer discovered (the operator removes it)
+    stale = NFD + "gone"
+    denied, api = ReadOnlyNodes({stale: "true"}, {OWNED_ANNOTATION: stale}), FakeNodeFeatures()
+    rc = run_daemon(host, ConfigLoader(conf), "n1", lambda: denied, oneshot=True, stop=threading.Event(),
+                    nodefeature_factory=lambda: api)  # fmt: skip
+    assert rc == 0 and api.objects[("sro-system", "n1")]["metadata"]["ownerReferences"][0]["uid"] == "uid-n1"
 
 
 def test_daemon_without_the_crd_still_labels_and_says_so_once(

@@ -16,6 +16,8 @@ import pytest
 
 from sro.host.root import HostRoot
 from sro.kube.nodes import NodeApiError, NodeMeta
+from sro.nfd.ownership import RULES_OWNED_ANNOTATION, Owned
+from sro.nfd.ownership import decode_owned as decode_rules_owned
 from sro.node.discovery.commands import ConfigLoader, run_daemon
 from sro.node.discovery.publishing import (
     OWNED_ANNOTATION,
@@ -107,7 +109,23 @@ def test_cleanup_removes_exactly_ours() -> None:
     node = NodeMeta("n1", {A: "1", B: "1", C: "x"}, {OWNED_ANNOTATION: encode_owned({A, B, NFD + "gone"})})
     p = cleanup_plan(node)
     assert p.remove_labels == (B, A) or set(p.remove_labels) == {A, B}
-    assert p.annotation is None and p.record_changed
+    assert p.annotation is None and p.record_changed and p.other_annotations == {}
+
+
+def test_cleanup_also_removes_the_labels_the_operator_applied_from_the_nodefeature() -> None:
+    """The default install: the operator applied discovery's labels; after `sro uninstall` nothing
+    keeps them, and `sro discover --cleanup` takes them away too (the rest of its record stays)."""
+    applied = Owned(labels=frozenset({A, NFD + "gone"}), annotations=frozenset({"example.com/note"})).encode()
+    assert applied is not None
+    node = NodeMeta("n1", {A: "1", C: "x"}, {RULES_OWNED_ANNOTATION: applied})
+    p = cleanup_plan(node)
+    assert p.remove_labels == (A,) and p.changed and not p.record_changed
+    rest = decode_rules_owned(p.other_annotations[RULES_OWNED_ANNOTATION])
+    assert rest.labels == frozenset() and rest.annotations == {"example.com/note"}
+    only_labels = Owned(labels=frozenset({A})).encode()
+    assert only_labels is not None
+    p = cleanup_plan(NodeMeta("n1", {A: "1"}, {RULES_OWNED_ANNOTATION: only_labels}))
+    assert p.other_annotations == {RULES_OWNED_ANNOTATION: None}
 
 
 def test_publisher_replans_on_conflict_and_never_clobbers() -> None:

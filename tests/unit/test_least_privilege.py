@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import Any
 
+import yaml
+
 from sro.install.objects import objects
 from sro.manifests import render
 
@@ -66,3 +68,44 @@ def test_node_report_mounts_only_the_files_discovery_reads_not_the_hosts_etc() -
     assert set(paths.values()) <= set(_host_paths(discovery).values()) | {"/lib/modules"}
     mounts = ds["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
     assert all(m.get("readOnly") for m in mounts)
+
+
+def _rules(objs: list[dict[str, Any]], account: str) -> set[tuple[str, str]]:
+    """Every (verb, resource) the ClusterRoles and Roles bound to `account` grant."""
+    bound = {
+        (b["roleRef"]["kind"], b["roleRef"]["name"])
+        for b in objs
+        if b["kind"] in ("ClusterRoleBinding", "RoleBinding")
+        and any(s.get("name") == account for s in b.get("subjects", []))
+    }
+    return {
+        (verb, resource)
+        for r in objs
+        if (r["kind"], r["metadata"]["name"]) in bound
+        for rule in r["rules"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_discovery_may_not_write_nodes_unless_asked_to_label_them() -> None:
+    """Its token is on every node (the DaemonSet tolerates everything): by default it writes its own
+    NodeFeature only, and the operator applies the labels."""
+    default = objects()
+    assert _rules(default, "sro-discovery") == {
+        ("get", "nodes"),  # its own Node's uid, for the NodeFeature's owner reference
+        ("get", "nodefeatures"),
+        ("create", "nodefeatures"),
+        ("update", "nodefeatures"),
+    }
+    (config,) = [
+        o for o in default if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "sro-discovery-config"
+    ]
+    core = yaml.safe_load(config["data"]["nfd-worker.conf"])["core"]
+    assert core["enableNodeFeatureApi"] is True and core["noNodeLabels"] is True
+    wide = objects(discovery_labels_nodes=True)
+    assert _rules(wide, "sro-discovery") == _rules(default, "sro-discovery") | {("patch", "nodes")}
+    (config,) = [
+        o for o in wide if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "sro-discovery-config"
+    ]
+    assert yaml.safe_load(config["data"]["nfd-worker.conf"])["core"]["noNodeLabels"] is False

@@ -2,8 +2,9 @@
 
 Thin glue: parse options, run a pass (`discover`), then print or hand the labels to the publisher;
 with the NodeFeature API on (`--enable-nodefeature-api` or `core.enableNodeFeatureApi`) the raw
-features also go to the node's NodeFeature object, and with `--no-node-labels` (`core.noNodeLabels`)
-the labels go there instead of on the Node, for the operator to apply.
+features also go to the node's NodeFeature object, and with `--no-node-labels` (`core.noNodeLabels`,
+as `sro install` configures it) the labels go there instead of on the Node, for the operator to
+apply: the agent then only reads its Node (for the NodeFeature's owner reference) and never writes it.
 The daemon never exits on bad input: an invalid config, an odd sysfs entry or an API server that
 went away is a warning naming the field, path or server, and the next pass comes anyway.
 """
@@ -148,7 +149,7 @@ class NodeFeatureStep:
             if not e.missing_crd:
                 raise
             if not self.missing_said:
-                log.warning("%s; node labels are still published, the NodeFeature is retried every pass", e)
+                log.warning("%s; the NodeFeature is retried every pass", e)
                 self.missing_said = True
             return
         self.missing_said = False
@@ -204,8 +205,9 @@ def run_daemon(
                 nodefeatures.publish(doc)
                 if label_node:
                     publisher.publish(labeling.labels, keep=keep)
-                else:
-                    publisher.handover(labeling.labels, keep=keep)
+                # else: the labels are in the NodeFeature and the agent never writes the Node (its
+                # default role may not): the operator applies them, and takes over any label an
+                # earlier agent recorded as its own (sro.operator.nodefeaturerules)
             else:
                 publisher.publish(labeling.labels, keep=keep)
             backoff.reset()

@@ -8,9 +8,9 @@ sro published, with NFD's default namespace left out. From it the pure `plan` de
 - a label we published before and no longer discover is removed, unless its source had a failed
   read in this pass (nothing is removed because we could not look);
 - `cleanup` removes every label we own and the record itself.
-- `handover_plan` (with `core.noNodeLabels`, the labels go in the NodeFeature for the operator to
-  apply): keys the operator's record (`sro.dev/nodefeaturerule-owned`) now lists leave ours, labels
-  no longer discovered are removed; the rest stay ours until the operator has taken them.
+With `core.noNodeLabels` (the default `sro install` configures) the agent does not label the Node at
+all: the labels go in its NodeFeature, and the operator applies them and takes over what this record
+lists (`sro.operator.nodefeaturerules`).
 The Publisher applies a plan with the node's resourceVersion and re-plans on a conflict; the
 daemon loop survives an API server that goes away (warns, retries with back-off).
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from sro.api.names import NFD_PREFIX
@@ -28,6 +28,7 @@ from sro.kube.nodes import NodeApiError, NodeMeta
 from sro.nfd.ownership import (
     FEATURE_LABELS_ANNOTATION,
     RULES_OWNED_ANNOTATION,
+    Owned,
     decode_feature_labels,
     encode_feature_labels,
 )
@@ -68,10 +69,13 @@ class Plan:
     foreign: tuple[str, ...] = ()  # discovered keys already set by someone else: left alone
     kept: tuple[str, ...] = ()  # stale keys kept because their source had a failed read
     record_changed: bool = False
+    other_annotations: Mapping[str, str | None] = field(
+        default_factory=dict
+    )  # cleanup: the operator's record
 
     @property
     def changed(self) -> bool:
-        return bool(self.set_labels or self.remove_labels or self.record_changed)
+        return bool(self.set_labels or self.remove_labels or self.record_changed or self.other_annotations)
 
     def label_patch(self) -> dict[str, str | None]:
         patch: dict[str, str | None] = dict(self.set_labels)
@@ -114,42 +118,21 @@ def plan(node: NodeMeta, desired: Mapping[str, str], keep: Callable[[str], bool]
     )
 
 
-def handover_plan(
-    node: NodeMeta, desired: Mapping[str, str], keep: Callable[[str], bool] = lambda _: False
-) -> Plan:
-    """The agent no longer labels the Node (pure): hand each label to the operator, which applies
-    the ones our NodeFeature carries; remove the ones nobody asks for any more."""
-    record = node.annotations.get(OWNED_ANNOTATION)
-    previous = decode_owned(record or "")
-    taken = decode_rules_owned(node.annotations.get(RULES_OWNED_ANNOTATION)).labels
-    owned: set[str] = set()
-    remove, kept = [], []
-    for key in sorted(previous):
-        if key not in node.labels or key in taken:
-            continue  # gone, or the operator's now
-        if key in desired:
-            owned.add(key)  # until the operator takes it
-        elif keep(key):
-            kept.append(key)
-            owned.add(key)
-        else:
-            remove.append(key)
-    annotation = encode_owned(owned) if owned else None
-    return Plan(
-        set_labels={},
-        remove_labels=tuple(remove),
-        owned=tuple(sorted(owned)),
-        annotation=annotation,
-        kept=tuple(kept),
-        record_changed=annotation != record,
-    )
-
-
 def cleanup_plan(node: NodeMeta) -> Plan:
-    """Remove every label we own and the ownership record (pure)."""
+    """Remove every label we own and the ownership record, and every label the operator applied (by
+    default it applies discovery's labels, from the NodeFeature), struck from its record (pure)."""
     record = node.annotations.get(OWNED_ANNOTATION)
-    remove = tuple(sorted(k for k in decode_owned(record or "") if k in node.labels))
-    return Plan({}, remove, (), None, record_changed=record is not None)
+    operators = node.annotations.get(RULES_OWNED_ANNOTATION)
+    applied = decode_rules_owned(operators)
+    keys = decode_owned(record or "") | applied.labels
+    remove = tuple(sorted(k for k in keys if k in node.labels))
+    other: dict[str, str | None] = {}
+    if applied.labels:
+        rest = Owned(annotations=applied.annotations, extended_resources=applied.extended_resources,
+                     taints=applied.taints).encode()  # fmt: skip
+        if rest != operators:
+            other[RULES_OWNED_ANNOTATION] = rest
+    return Plan({}, remove, (), None, record_changed=record is not None, other_annotations=other)
 
 
 class Publisher:
@@ -170,7 +153,7 @@ class Publisher:
                 self.api.patch(
                     self.node_name,
                     p.label_patch(),
-                    {OWNED_ANNOTATION: p.annotation} if p.record_changed else {},
+                    {**p.other_annotations, **({OWNED_ANNOTATION: p.annotation} if p.record_changed else {})},
                     node.resource_version,
                 )
                 return p
@@ -200,17 +183,6 @@ class Publisher:
                 len(p.remove_labels),
                 shown,
                 more,
-            )
-        return p
-
-    def handover(self, desired: Mapping[str, str], keep: Callable[[str], bool] = lambda _: False) -> Plan:
-        p = self._apply(lambda node: handover_plan(node, desired, keep))
-        if p.changed:
-            log.info(
-                "node %s: labels left to the operator (core.noNodeLabels): %d still ours, %d removed",
-                self.node_name,
-                len(p.owned),
-                len(p.remove_labels),
             )
         return p
 

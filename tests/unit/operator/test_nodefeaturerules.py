@@ -144,6 +144,25 @@ def test_nodefeature_labels_applied_and_handed_over_from_the_agent() -> None:
     assert NFD + "pci-10de.present" not in back.labels and back.labels == {"example.com/x": None}
 
 
+def test_with_the_agent_labelling_through_its_nodefeature_the_operator_settles_its_whole_record() -> None:
+    """The default install: the agent may not patch Nodes, so what its record lists (from an earlier
+    agent that labelled the Node) is the operator's to settle: a label still asked for is kept, one
+    no longer discovered is removed and struck from the record, and a taken label whose feature goes
+    later is removed too (the agent cannot any more)."""
+    gpu, old = NFD + "pci-10de.present", NFD + "old-feature"
+    agent = {FEATURE_LABELS_ANNOTATION: "old-feature,pci-10de.present"}
+    node = NodeInfo(NODE, labels={gpu: "true", old: "true", "example.com/by-hand": "x"}, annotations=agent)
+    ours = nodefeature(labels={"pci-10de.present": "true"}, ours=True)
+    node = converge(node, [ours], [])
+    assert node.labels == {gpu: "true", "example.com/by-hand": "x"}
+    assert node.annotations[FEATURE_LABELS_ANNOTATION] == "pci-10de.present"
+    assert decode_owned(node.annotations[RULES_OWNED_ANNOTATION]).labels == {gpu}
+    # the GPU goes: the NodeFeature still asks for another label, not this one
+    node = converge(node, [nodefeature(labels={"kernel-version.major": "6"}, ours=True)], [])
+    assert node.labels == {NFD + "kernel-version.major": "6", "example.com/by-hand": "x"}
+    assert FEATURE_LABELS_ANNOTATION not in node.annotations
+
+
 def test_annotations_extended_resources_and_taints_owned_the_same_way() -> None:
     r = rule("r", {
         "name": "all kinds",

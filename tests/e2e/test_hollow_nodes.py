@@ -7,6 +7,9 @@ SpecialResource selects only hollow nodes, tolerates their taint and points ever
 at the rules server (the spec's documented probe options). The tests run in file order: two kernels give two driver DaemonSets; hollow-2 is shown
 failed in the per-node table while the others validate; a node added later walks the states in
 order; a node removed leaves the table. Validation on hollow nodes proves the gating, never a device.
+Then two SpecialResources of the one recipe: the example's on the real node deploys beside the
+hollow one (disjoint nodes, no conflict), and a third selecting a hollow node is refused there,
+naming the older one (a conflict is by resource and by node, never by recipe name).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +27,7 @@ from sro.api.names import STATE_NAMES, reached_annotation, state_label, validate
 from sro.api.specialresource import STATE_FIELDS
 from sro.local.cluster import LocalCluster
 from sro.local.hollowconfig import HOLLOW_LABEL, probe
-from tests.e2e.helpers import figure, get_json, sro, wait_for
+from tests.e2e.helpers import condition, figure, get_json, sr_doc, sro, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -31,6 +35,9 @@ NS = "sro-system"
 SR = "hollow-gpus"
 KERNELS = ("6.1.0-18-amd64", "5.10.0-28-amd64")
 FAILING = "hollow-2"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "simulated-gpu.yaml"
+EXAMPLE_SR = "simulated-gpu"  # the example's, on the real node
+LATE = "hollow-late"  # one hollow node, created after SR: refused there
 CONFIG = {
     "namePrefix": "hollow",
     "labels": {"sro.dev/simulated-gpu.count": "8"},
@@ -93,8 +100,9 @@ def hollow(cluster: LocalCluster, sro_image: str) -> Iterator[LocalCluster]:
         assert out.returncode == 0, out.stdout + out.stderr
         yield cluster
     finally:
-        # the pods on hollow nodes are finalized by their hollow kubelets: the SpecialResource goes first
-        cluster.kubectl("delete", "sr", SR, "--ignore-not-found", "--timeout=180s", check=False)
+        # the pods on hollow nodes are finalized by their hollow kubelets: the SpecialResources go first
+        for name in (LATE, EXAMPLE_SR, SR):
+            cluster.kubectl("delete", "sr", name, "--ignore-not-found", "--timeout=180s", check=False)
         cluster.hollow().stop()
         out = sro(cluster, "uninstall", "--timeout", "180")
         assert out.returncode == 0, out.stdout + out.stderr
@@ -193,3 +201,73 @@ def test_a_node_removed_leaves_the_table(hollow: LocalCluster, applied: float) -
 
     wait_for("hollow-4 out of the table", gone, 120, 1, why=lambda: debug(hollow))
     assert hollow.kubectl("get", "node", "hollow-4", check=False).returncode != 0
+
+
+def test_a_second_special_resource_of_the_recipe_deploys_on_its_own_nodes(
+    hollow: LocalCluster, applied: float
+) -> None:
+    """The example's SpecialResource (the real node) beside the hollow one: both of recipe
+    simulated-gpu, on disjoint nodes: both deploy, neither refuses a node."""
+    t0 = time.monotonic()
+    hollow.kubectl("apply", "-f", str(EXAMPLE))
+    try:
+
+        def example_ready() -> bool:
+            return condition(sr_doc(hollow, EXAMPLE_SR), "Ready").get("status") == "True"
+
+        wait_for("the example's SpecialResource Ready beside the hollow one", example_ready, 300, 1,
+                 why=lambda: debug(hollow) + json.dumps(sr_doc(hollow, EXAMPLE_SR).get("status"), indent=1))  # fmt: skip
+        figure(f"a second SpecialResource of the recipe (the real node) Ready: {time.monotonic() - t0:.1f} s")
+        example = sr_doc(hollow, EXAMPLE_SR)["status"]
+        assert [r["name"] for r in example["nodes"]] == [hollow.node_name], example
+        assert example["nodeCount"] == 1 and example["validatedCount"] == 1
+        assert condition(sr_doc(hollow, EXAMPLE_SR), "Degraded").get("status") == "False"
+        st = status(hollow)
+        assert st["validatedCount"] == 3 and st["nodeCount"] == 4, st
+        assert "refused" not in json.dumps([example, st])
+        # each SpecialResource's DaemonSets are its own (named after it), on its own nodes
+        mine = get_json(hollow, "daemonsets", "-n", NS, "-l", f"sro.dev/specialresource={EXAMPLE_SR}")
+        assert mine["items"] and all(
+            d["metadata"]["name"].startswith(f"sro-{EXAMPLE_SR}-") for d in mine["items"]
+        )
+    finally:
+        hollow.kubectl("delete", "sr", EXAMPLE_SR, "--ignore-not-found", "--timeout=180s", check=False)
+    assert not sr_doc(hollow, EXAMPLE_SR), "the example's SpecialResource was not deleted"
+
+
+def test_a_later_special_resource_is_refused_on_a_node_an_older_one_holds(
+    hollow: LocalCluster, applied: float
+) -> None:
+    late = special_resource(hollow.hollow().rules_port())
+    late["metadata"]["name"] = LATE
+    late["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "hollow-0"}
+    hollow.kubectl("apply", "-f", "-", input=json.dumps(late))
+    try:
+
+        def refused() -> bool:
+            return condition(sr_doc(hollow, LATE), "Degraded").get("reason") == "ResourceConflict"
+
+        wait_for(
+            f"{LATE} refused on hollow-0", refused, 60, 0.5, why=lambda: json.dumps(sr_doc(hollow, LATE))
+        )
+        doc = sr_doc(hollow, LATE)
+        assert repr(SR) in condition(doc, "Degraded")["message"], doc["status"]
+        assert condition(doc, "Ready")["status"] == "False"
+        assert (
+            doc["status"]["nodes"]
+            == [
+                {
+                    "name": "hollow-0",
+                    "state": "refused",
+                    "reason": "ResourceConflict",
+                    "message": doc["status"]["nodes"][0]["message"],
+                }
+            ]
+            and repr(SR) in doc["status"]["nodes"][0]["message"]
+        ), doc["status"]
+        assert not get_json(hollow, "daemonsets", "-n", NS, "-l", f"sro.dev/specialresource={LATE}")["items"]
+        labels = get_json(hollow, "node", "hollow-0")["metadata"]["labels"]
+        assert not {k for k in labels if k.startswith(f"sro.dev/{LATE}.")}, labels
+        assert rows(hollow)["hollow-0"]["state"] == "validated"  # the older one keeps it
+    finally:
+        hollow.kubectl("delete", "sr", LATE, "--ignore-not-found", "--timeout=120s", check=False)

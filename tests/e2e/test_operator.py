@@ -212,7 +212,11 @@ def test_a_workload_sees_exactly_its_device(cluster: LocalCluster, ready: float,
     assert visible and "," not in visible.group(1), logs
     nodes = re.findall(r"^(sro-simgpu\d+)$", logs, re.M)
     assert len(nodes) == 1, logs  # exactly one device node (besides sro-simgpuctl)
-    assert "simgpu-smi" not in logs or "GPU" in logs
+    # the recipe's tool ran in the container and lists exactly the granted device: the one whose
+    # node the container has (it reads SRO_VISIBLE_DEVICES; without it, it would list all eight)
+    gpus = re.findall(r"^GPU (\d+): .+ \(UUID: (\S+)\) \[simulated\]$", logs, re.M)
+    assert len(gpus) == 1, logs
+    assert nodes[0] == f"sro-simgpu{gpus[0][0]}" and visible.group(1) in gpus[0], (gpus, logs)
 
 
 def delete_and_wait_for_return(cluster: LocalCluster, ds: str) -> float:

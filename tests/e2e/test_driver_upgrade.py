@@ -4,8 +4,10 @@ One installation and one SpecialResource for the module; the tests run in file o
 changing the driver version once:
   1. 550.0-sim → 555.0-sim under a running workload that uses a device, with a PodDisruptionBudget
      that forbids its eviction at first: the node is cordoned, the eviction waits for the PDB, the
-     operator's leader is killed meanwhile (the new one goes on from the node's labels, asking no
-     eviction twice), the PDB is relaxed, the driver is replaced (the host's files say 555.0-sim),
+     operator's leader is killed meanwhile (the Lease goes to the other replica, which goes on from
+     the node's labels and finishes the upgrade; evictions are counted where they are sent, by each
+     leader's `sro_operator_api_requests_total{verb="POST",resource="pods/eviction"}`: re-sent each
+     pass while the PDB refuses, exactly one more once it allows), the PDB is relaxed, the driver is replaced (the host's files say 555.0-sim),
      validation runs again, the node is uncordoned, and the workload's new pod sees 555.0-sim.
   2. → 560.0-sim while a process on the host holds a device node (an O_PATH descriptor): the
      upgrade waits with that pid shown, and goes on once it exits.
@@ -20,6 +22,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -187,6 +190,26 @@ def installed(cluster: LocalCluster, sro_image: str) -> Iterator[None]:
     assert STATE_KEY not in labels and driver_revision_label(SR) not in labels
 
 
+def lease_holder(cluster: LocalCluster) -> str:
+    return str(get_json(cluster, "lease", "sro-operator", "-n", NS)["spec"].get("holderIdentity") or "")
+
+
+def evictions_sent(cluster: LocalCluster, pod: str) -> int:
+    """Eviction requests the operator replica `pod` sent so far (its API request metric; pod IPs are
+    reachable from the node). Counted where they are sent: the upgrade record's `evicted` keeps
+    each pod once, whatever was sent."""
+    ip = get_json(cluster, "pod", pod, "-n", NS)["status"]["podIP"]
+    with urllib.request.urlopen(f"http://{ip}:8080/metrics", timeout=10) as resp:
+        lines = resp.read().decode().splitlines()
+    total = 0.0
+    for ln in lines:
+        if ln.startswith("sro_operator_api_requests_total{"):
+            labels = ln.split("{", 1)[1].split("}", 1)[0]
+            if 'verb="POST"' in labels and 'resource="pods/eviction"' in labels:
+                total += float(ln.rsplit(" ", 1)[1])
+    return int(total)
+
+
 def is_ready(cluster: LocalCluster) -> bool:
     return bool(sr_status(cluster).get("ready") == "True")
 
@@ -213,16 +236,40 @@ def test_upgrade_under_a_workload_with_a_pdb_and_an_operator_restart(
         "pods-evicted", lambda: upgrade_state(cluster) == "pods-evicted", 120, why=lambda: debug(cluster)
     )
     assert node(cluster)["spec"].get("unschedulable") is True
-    # the PDB forbids the eviction: the pod stays, the node waits, saying which pod
+    # the PDB forbids the eviction: the pod stays, the node waits, saying which pod; the leader asks
+    # again each pass (by design: a refused eviction is retried), so its count grows
+    leader = lease_holder(cluster)
+    # (the node's label is patched in the pass before its eviction is sent)
+    wait_for("the leader asking the eviction", lambda: evictions_sent(cluster, leader) >= 1, 30)
+    refused_before = evictions_sent(cluster, leader)
     time.sleep(8)
+    refused_after = evictions_sent(cluster, leader)
     assert running_app_pod(cluster) == before
+    assert refused_after > refused_before, (refused_before, refused_after)
+    assert refused_after - refused_before <= 8, "more than one eviction per second: a hot loop"
     rec = record(cluster)
     assert rec is not None and rec.state == "pods-evicted" and f"{APPS}/{before}" in rec.reason, debug(
         cluster
     )
-    # kill the leader meanwhile: the other replica takes over from the node's labels
-    leader = get_json(cluster, "lease", "sro-operator", "-n", NS)["spec"]["holderIdentity"]
+    # kill the leader meanwhile: the Lease goes to the other replica, which takes over from the
+    # node's labels (the PDB still refuses: it asks again, each pass)
     cluster.kubectl("-n", NS, "delete", "pod", leader, "--wait=false")
+    took = wait_for(
+        "another replica holding the Lease",
+        lambda: lease_holder(cluster) not in ("", leader),
+        60,
+        why=lambda: debug(cluster),
+    )
+    figure(f"leader killed -> the Lease held by another replica: {took:.1f} s")
+    new_leader = lease_holder(cluster)
+    cluster.kubectl("-n", NS, "wait", "--for=delete", f"pod/{leader}", "--timeout=90s", check=False)
+    wait_for(
+        "the new leader asking the eviction",
+        lambda: evictions_sent(cluster, new_leader) >= 1,
+        60,
+        why=lambda: debug(cluster),
+    )
+    asked = evictions_sent(cluster, new_leader)
     cluster.kubectl("-n", APPS, "delete", "pdb", "infer")
     rec = None
 
@@ -239,7 +286,15 @@ def test_upgrade_under_a_workload_with_a_pdb_and_an_operator_restart(
     steps_figure("upgrade steps", rec)
     order = [rec.steps[s] for s in UPGRADE_STATES[:8]]  # upgrade-required ... done, every one entered
     assert order == sorted(order), rec.steps
-    assert rec.evicted == (f"{APPS}/{before}",)  # asked once, although the leader changed
+    assert rec.evicted == (f"{APPS}/{before}",)
+    # the new leader finished it, and asked exactly once more once the PDB allowed it: the eviction
+    # it accepts marks the pod terminating, and a terminating pod is never asked again (a pass may
+    # fall between our read and the PDB's deletion: at most one refused request more)
+    assert lease_holder(cluster) == new_leader, "the Lease changed hands again"
+    accepted = evictions_sent(cluster, new_leader) - asked
+    assert 1 <= accepted <= 2, f"{accepted} eviction request(s) after the PDB was relaxed"
+    time.sleep(6)  # two passes more: none asks again
+    assert evictions_sent(cluster, new_leader) - asked == accepted
     assert not node(cluster)["spec"].get("unschedulable")
     assert host_driver_version() == "555.0-sim"
     assert is_ready(cluster)

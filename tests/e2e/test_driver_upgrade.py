@@ -295,6 +295,10 @@ def test_upgrade_under_a_workload_with_a_pdb_and_an_operator_restart(
     assert 1 <= accepted <= 2, f"{accepted} eviction request(s) after the PDB was relaxed"
     time.sleep(6)  # two passes more: none asks again
     assert evictions_sent(cluster, new_leader) - asked == accepted
+    figure(
+        f"eviction requests: {refused_after - refused_before} re-sent in 8 s while the PDB refused; "
+        f"{accepted} once it allowed, none after"
+    )
     assert not node(cluster)["spec"].get("unschedulable")
     assert host_driver_version() == "555.0-sim"
     assert is_ready(cluster)

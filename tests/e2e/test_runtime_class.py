@@ -6,7 +6,10 @@ as the runtime state's DaemonSet does on a node (installed here for the owner `e
 whose claim is dropped again at the end: another owner's install stays). The simulated driver is on the host (likewise installed here when absent). Checked: the device node asked for is there
 and the device cgroup allows it (ENXIO, not EPERM), the library and the binary are there, a pod
 asking for nothing and a pod on the default runtime get nothing, and an unknown device id fails the
-container's creation with the hook's reason in the pod status.
+container's creation with the hook's reason in the pod status. The requests name devices with
+SRO_MANAGEMENT_DEVICES in the operator's namespace: the one request an unprivileged pod makes without
+a device plugin allocation that the hook believes (issue 21 §1; SRO_VISIBLE_DEVICES alone, the open
+path these tests used before, gets nothing now: tests/e2e/test_device_isolation.py).
 """
 
 from __future__ import annotations
@@ -71,7 +74,29 @@ def runtime(cluster: LocalCluster, driver: None) -> Iterator[str]:
     subprocess.run([*SRO, "runtime", "uninstall", *args], check=False, capture_output=True)
 
 
-def _pod(cluster: LocalCluster, env: dict[str, str], runtime_class: str | None) -> str:
+MANAGEMENT_NS = "sro-system"
+
+
+@pytest.fixture(scope="module")
+def management_ns(cluster: LocalCluster) -> Iterator[str]:
+    """The operator's namespace (the hook's default management namespace), made if absent."""
+    existed = cluster.kubectl("get", "namespace", MANAGEMENT_NS, check=False).returncode == 0
+    if not existed:
+        cluster.kubectl("create", "namespace", MANAGEMENT_NS)
+        for _ in range(60):  # the namespace controller makes its default service account
+            if cluster.kubectl("get", "sa", "default", "-n", MANAGEMENT_NS, check=False).returncode == 0:
+                break
+            time.sleep(1)
+    yield MANAGEMENT_NS
+    if not existed:
+        cluster.kubectl(
+            "delete", "namespace", MANAGEMENT_NS, "--ignore-not-found", "--wait=false", check=False
+        )
+
+
+def _pod(
+    cluster: LocalCluster, env: dict[str, str], runtime_class: str | None, namespace: str = "default"
+) -> str:
     name = f"sro-e2e-runtime-{uuid.uuid4().hex[:6]}"
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -91,17 +116,21 @@ def _pod(cluster: LocalCluster, env: dict[str, str], runtime_class: str | None) 
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": spec,
     }
     cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
     return name
 
 
-def _wait(cluster: LocalCluster, name: str, timeout: float = 120) -> dict[str, Any]:
+def _wait(
+    cluster: LocalCluster, name: str, timeout: float = 120, namespace: str = "default"
+) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
-        pod: dict[str, Any] = json.loads(cluster.kubectl("get", "pod", name, "-o", "json").stdout)
+        pod: dict[str, Any] = json.loads(
+            cluster.kubectl("get", "pod", name, "-n", namespace, "-o", "json").stdout
+        )
         status = pod.get("status", {})
         if status.get("phase") in ("Succeeded", "Failed"):
             return pod
@@ -121,19 +150,23 @@ def pods(cluster: LocalCluster) -> Iterator[list[str]]:
     names: list[str] = []
     yield names
     for n in names:
-        cluster.kubectl("delete", "pod", n, "--ignore-not-found", "--wait=false", check=False)
+        ns, _, name = n.rpartition("/")
+        cluster.kubectl(
+            "delete", "pod", name, "-n", ns or "default", "--ignore-not-found", "--wait=false", check=False
+        )
 
 
-def _logs(cluster: LocalCluster, name: str) -> str:
-    return cluster.kubectl("logs", name, check=False).stdout
+def _logs(cluster: LocalCluster, name: str, namespace: str = "default") -> str:
+    return cluster.kubectl("logs", name, "-n", namespace, check=False).stdout
 
 
 def test_pod_gets_its_device_through_the_wrapper(
-    cluster: LocalCluster, runtime: str, pods: list[str]
+    cluster: LocalCluster, runtime: str, management_ns: str, pods: list[str]
 ) -> None:
-    pods.append(name := _pod(cluster, {"SRO_VISIBLE_DEVICES": "0"}, runtime))
-    pod = _wait(cluster, name)
-    out = _logs(cluster, name)
+    name = _pod(cluster, {"SRO_MANAGEMENT_DEVICES": "0"}, runtime, management_ns)
+    pods.append(f"{management_ns}/{name}")
+    pod = _wait(cluster, name, namespace=management_ns)
+    out = _logs(cluster, name, management_ns)
     assert pod["status"]["phase"] == "Succeeded", json.dumps(pod["status"])[:2000]
     first = out.splitlines()[0].split()
     assert "sro-simgpu0" in first and "sro-simgpuctl" in first and "sro-simgpu1" not in first, out
@@ -154,10 +187,11 @@ def test_no_request_or_default_runtime_gets_nothing(
 
 
 def test_unknown_device_fails_the_container_with_the_reason(
-    cluster: LocalCluster, runtime: str, pods: list[str]
+    cluster: LocalCluster, runtime: str, management_ns: str, pods: list[str]
 ) -> None:
-    pods.append(name := _pod(cluster, {"SRO_VISIBLE_DEVICES": "99"}, runtime))
-    pod = _wait(cluster, name)
+    name = _pod(cluster, {"SRO_MANAGEMENT_DEVICES": "99"}, runtime, management_ns)
+    pods.append(f"{management_ns}/{name}")
+    pod = _wait(cluster, name, namespace=management_ns)
     status = json.dumps(pod["status"])
     assert pod["status"].get("phase") != "Succeeded"
     assert "unknown device id '99'" in status, status[:3000]

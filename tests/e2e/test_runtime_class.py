@@ -89,8 +89,16 @@ def management_ns(cluster: LocalCluster) -> Iterator[str]:
             time.sleep(1)
     yield MANAGEMENT_NS
     if not existed:
+        # wait until it is gone: the next module may create it again, and a namespace being
+        # terminated refuses new objects (test_device_isolation's plugin)
         cluster.kubectl(
-            "delete", "namespace", MANAGEMENT_NS, "--ignore-not-found", "--wait=false", check=False
+            "delete",
+            "namespace",
+            MANAGEMENT_NS,
+            "--ignore-not-found",
+            "--wait=true",
+            "--timeout=180s",
+            check=False,
         )
 
 

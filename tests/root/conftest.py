@@ -166,9 +166,17 @@ def podman_run(
     return subprocess.run(args, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
 
 
+# A local cluster running on this machine mounts and unmounts its containers' filesystems, volumes
+# and network namespaces under these while a test runs; none of them is a path the hook touches.
+CLUSTER_MOUNTS = ("/run/containerd/", "/var/lib/containerd/", "/var/lib/kubelet/", "/run/netns/")
+
+
 def mount_points() -> set[str]:
+    """The host's mount points, less the local cluster's own churn (a leak of the hook's would be
+    under a bundle, the driver root or /run/sro, never under those)."""
     with open("/proc/self/mountinfo") as f:
-        return {line.split()[4] for line in f}
+        points = {line.split()[4] for line in f}
+    return {p for p in points if not p.startswith(CLUSTER_MOUNTS)}
 
 
 def tree(path: Path) -> dict[str, tuple[int, int, int]]:

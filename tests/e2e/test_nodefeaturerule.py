@@ -1,27 +1,26 @@
 """NodeFeatureRules on the real local cluster: NFD's CRDs, a NodeFeature as `sro discover` writes it,
-and the operator's NodeFeatureRule step (run on its own, `python -m sro.operator.nfd_handlers`, so that
-it acts only on NFD objects and never on another test's SpecialResources).
+and the operator's NodeFeatureRule step as it runs in the cluster: `sro install` from the local image
+(two replicas, leader election), so every read and write is the leader's, under the operator's own
+service account and roles (a missing verb fails here, as it would on a real cluster). The step's
+log lines are read from the pod holding the Lease.
 
 The discovery DaemonSet, as `sro install` configures it, writes the node's NodeFeature with its own
 service account, owned by the Node, and a rule over it labels the node. A NodeFeatureRule applied →
 the node gets its label (with an `@` value from the NodeFeature), its
 annotation, its extended resource and its taint; the rule deleted → they all go; a label set by hand,
-one with a key the rule also produces, is never touched. Started before the CRDs exist (when they do
-not yet), the step waits for them. Everything the test creates is removed at the end: the rule, the
-NodeFeature, the hand label, and the CRDs when the test created them. Time from `kubectl apply` of
-the rule to the label on the node, and back, are printed as FIGURE lines.
+one with a key the rule also produces, is never touched. Everything the test creates is removed at
+the end: the rule, the NodeFeature, the hand label, and sro (`sro uninstall`). Time from `kubectl apply` of
+the rule to the label on the node, and back, are printed as FIGURE lines. (`sro install` creates
+NFD's CRDs before the operator starts: the step's wait for absent CRDs is a unit test,
+tests/unit/operator/test_nfd_loop.py.)
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,6 @@ import pytest
 import yaml
 
 from sro.api.names import NAMESPACE
-from sro.api.nfd_crds import nfd_crds
 from sro.kube.client import sync_client
 from sro.kube.nodefeatures import NodeFeatureClient
 from sro.local.cluster import LocalCluster
@@ -122,39 +120,30 @@ def remove_leftovers(cluster: LocalCluster) -> None:
                          patch_type=PatchType.MERGE)  # fmt: skip
 
 
+def _owned(md: dict[str, Any]) -> Any:
+    return decode_owned(md.get("annotations", {}).get(RULES_OWNED_ANNOTATION))
+
+
+def leader_log(cluster: LocalCluster) -> str:
+    """The log of the operator replica holding the Lease (the one whose step acts)."""
+    lease = cluster.kubectl("-n", NAMESPACE, "get", "lease", "sro-operator", "-o", "json", check=False)
+    if lease.returncode:
+        return "(no Lease yet)"
+    leader = json.loads(lease.stdout)["spec"].get("holderIdentity") or ""
+    return cluster.kubectl("-n", NAMESPACE, "logs", leader, check=False).stdout if leader else "(no leader)"
+
+
 @pytest.fixture(scope="module")
-def step(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The operator's NodeFeatureRule step, started before NFD's CRDs exist when they do not yet."""
+def step(cluster: LocalCluster, sro_image: str) -> Iterator[Callable[[], str]]:
+    """The operator installed (its NodeFeatureRule step runs in the leader); yields the leader's log."""
     remove_leftovers(cluster)
     cluster.kubectl("delete", "nodefeaturerule", RULE, "--ignore-not-found", check=False)
-    created: list[str] = []
-    logfile = tmp_path_factory.mktemp("nfd") / "step.log"
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "PYTHONUNBUFFERED": "1"}
-    with logfile.open("w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "sro.operator.nfd_handlers"], stdout=log, stderr=subprocess.STDOUT, env=env
-        )
+    out = sro(cluster, "install", "--image", sro_image, "--timeout", "240")
+    assert out.returncode == 0, out.stdout + out.stderr
     try:
-        missing = [
-            c
-            for c in nfd_crds()
-            if cluster.kubectl("get", "crd", c["metadata"]["name"], check=False).returncode
-        ]
-        if missing:
-            # the step says so once; kopf too, once its first look at the CRDs is done and it watches them
-            # (CRDs created before that first look would be seen by the step's resync only, a minute on)
-            wait_for("the step to say the CRDs are absent",
-                     lambda: "not served" in logfile.read_text() and "Unresolved" in logfile.read_text(), 60,
-                     why=logfile.read_text)  # fmt: skip
-            time.sleep(2)
-        for crd in missing:
-            cluster.kubectl("create", "-f", "-", input=json.dumps(crd))
-            created.append(crd["metadata"]["name"])
-        for crd in nfd_crds():
-            cluster.kubectl(
-                "wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}", "--timeout=60s"
-            )
-        yield logfile
+        wait_for("a replica holding the Lease", lambda: leader_log(cluster) not in ("(no Lease yet)", "(no leader)"),
+                 60, why=lambda: leader_log(cluster))  # fmt: skip
+        yield lambda: leader_log(cluster)
     finally:
         # the rule and the NodeFeature go first, while the step runs: it takes back what it applied
         cluster.kubectl("delete", "nodefeaturerule", RULE, "--ignore-not-found", check=False)
@@ -162,18 +151,13 @@ def step(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Ite
         with contextlib.suppress(AssertionError):
             wait_for("the step to take back its outputs",
                      lambda: RULE_LABEL not in node(cluster)["metadata"].get("labels", {}), 20)  # fmt: skip
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        out = sro(cluster, "uninstall", "--timeout", "180")
         remove_leftovers(cluster)
-        for name in reversed(created):
-            cluster.kubectl("delete", "crd", name, "--ignore-not-found", "--timeout=60s", check=False)
+        assert out.returncode == 0, out.stdout + out.stderr
 
 
 @pytest.fixture(scope="module")
-def nodefeature(cluster: LocalCluster, step: Path) -> dict[str, Any]:
+def nodefeature(cluster: LocalCluster, step: Callable[[], str]) -> dict[str, Any]:
     """This node's NodeFeature as `sro discover` makes it (its dry run), written with the agent's own
     writer and client; under the test's name, so that it never meets a discovery agent's object."""
     out = sro(cluster, "discover", "-o", "nodefeature", "--node-name", cluster.node_name)
@@ -193,7 +177,7 @@ def nodefeature(cluster: LocalCluster, step: Path) -> dict[str, Any]:
 
 
 def test_a_rule_labels_the_node_and_its_deletion_takes_everything_back(
-    cluster: LocalCluster, step: Path, nodefeature: dict[str, Any]
+    cluster: LocalCluster, step: Callable[[], str], nodefeature: dict[str, Any]
 ) -> None:
     stored = get_json(cluster, "nodefeature", "-n", NS, NF_NAME)
     assert stored["metadata"]["ownerReferences"][0]["kind"] == "Node"  # garbage-collected with the node
@@ -207,11 +191,11 @@ def test_a_rule_labels_the_node_and_its_deletion_takes_everything_back(
         "the rule's label on the node",
         lambda: node(cluster)["metadata"].get("labels", {}).get(RULE_LABEL) == "true",
         90,
-        why=step.read_text,
+        why=step,
     )
     figure(f"NodeFeatureRule applied -> label on the node: {took:.1f} s")
     wait_for("the extended resource and the taint", lambda: RESOURCE in node(cluster)["status"].get("capacity", {})
-             and any(t["key"] == TAINT for t in node(cluster)["spec"].get("taints", [])), 30, why=step.read_text)  # fmt: skip
+             and any(t["key"] == TAINT for t in node(cluster)["spec"].get("taints", [])), 30, why=step)  # fmt: skip
     n = node(cluster)
     labels, annotations = n["metadata"]["labels"], n["metadata"]["annotations"]
     assert labels[DYNAMIC] == major and annotations[NOTE] == os_id
@@ -222,7 +206,7 @@ def test_a_rule_labels_the_node_and_its_deletion_takes_everything_back(
     took = wait_for("the kubelet to make the resource allocatable",
                     lambda: node(cluster)["status"].get("allocatable", {}).get(RESOURCE) == "3", 60)  # fmt: skip
     figure(f"extended resource in capacity -> allocatable (the kubelet): {took:.1f} s")
-    log = step.read_text()
+    log = step()
     assert f"NodeFeatureRule {RULE} spec.rules[1].matchFeatures[0].matchExpressions.full.value[0]" in log
     assert f"label {HAND}" in log and "left alone" in log
     assert time.monotonic() - t0 < 120
@@ -236,12 +220,15 @@ def test_a_rule_labels_the_node_and_its_deletion_takes_everything_back(
         return (
             not {RULE_LABEL, DYNAMIC} & set(md.get("labels", {}))
             and NOTE not in md.get("annotations", {})
-            and RULES_OWNED_ANNOTATION not in md.get("annotations", {})
+            # the step's ownership record lists none of the rule's outputs (with sro installed it
+            # also lists the discovery labels it applies from the agent's NodeFeature: it stays)
+            and not {RULE_LABEL, DYNAMIC, NOTE, RESOURCE}
+            & set(_owned(md).labels | _owned(md).annotations | _owned(md).extended_resources)
             and RESOURCE not in n["status"].get("capacity", {})
             and not any(t["key"] == TAINT for t in n["spec"].get("taints", []))
         )
 
-    took = wait_for("everything the rule made to go", all_gone, 90, why=step.read_text)
+    took = wait_for("everything the rule made to go", all_gone, 90, why=step)
     figure(
         f"NodeFeatureRule deleted -> its label, annotation, resource and taint gone: {time.monotonic() - t1:.1f} s"
     )
@@ -249,7 +236,7 @@ def test_a_rule_labels_the_node_and_its_deletion_takes_everything_back(
 
 
 def test_discovery_in_the_cluster_writes_the_nodefeature_the_rules_read(
-    cluster: LocalCluster, sro_image: str, step: Path
+    cluster: LocalCluster, sro_image: str, step: Callable[[], str]
 ) -> None:
     """The discovery DaemonSet as `sro install` configures it (NodeFeature API on, no node labels)
     writes the node's NodeFeature, its labels included, with its own account, which may not patch
@@ -301,7 +288,7 @@ def test_discovery_in_the_cluster_writes_the_nodefeature_the_rules_read(
         took = wait_for("the agent's labels applied by the step",
                         lambda: kernel in decode_owned(node(cluster)["metadata"].get("annotations", {})
                                                        .get(RULES_OWNED_ANNOTATION)).labels, 60,
-                        why=step.read_text)  # fmt: skip
+                        why=step)  # fmt: skip
         figure(f"NodeFeature labels -> on the node through the step: {took:.1f} s")
         assert node(cluster)["metadata"]["labels"][kernel] == doc["spec"]["labels"][kernel]
         # a feature that comes and goes on the host: its label arrives and goes through the operator
@@ -309,22 +296,21 @@ def test_discovery_in_the_cluster_writes_the_nodefeature_the_rules_read(
         feature_file.parent.mkdir(parents=True, exist_ok=True)
         feature_file.write_text(f"{FEATURE.removeprefix('feature.node.kubernetes.io/')}=yes\n")
         took = wait_for("a new feature's label through the NodeFeature",
-                        lambda: node(cluster)["metadata"]["labels"].get(FEATURE) == "yes", 60,
-                        why=step.read_text)  # fmt: skip
+                        lambda: node(cluster)["metadata"]["labels"].get(FEATURE) == "yes", 60, why=step)  # fmt: skip
         figure(
             f"feature file written -> its label on the node (agent interval 10 s + the step): {took:.1f} s"
         )
         feature_file.unlink()
         took = wait_for("the label to go with its feature", lambda: FEATURE not in node(cluster)["metadata"]["labels"],
-                        60, why=step.read_text)  # fmt: skip
+                        60, why=step)  # fmt: skip
         figure(f"feature file removed -> its label gone: {took:.1f} s")
         cluster.kubectl("apply", "-f", "-", input=json.dumps(rule))
         wait_for("the rule's label from the agent's features",
                  lambda: node(cluster)["metadata"].get("labels", {}).get(AGENT_LABEL) == "debian", 60,
-                 why=step.read_text)  # fmt: skip
+                 why=step)  # fmt: skip
         cluster.kubectl("delete", "nodefeaturerule", rule["metadata"]["name"])
         wait_for("the label to go with the rule", lambda: AGENT_LABEL not in node(cluster)["metadata"]["labels"], 60,
-                 why=step.read_text)  # fmt: skip
+                 why=step)  # fmt: skip
     finally:
         feature_file.unlink(missing_ok=True)
         cluster.kubectl(

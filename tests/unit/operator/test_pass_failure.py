@@ -7,9 +7,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Iterable
-from dataclasses import replace
-from typing import Any
 
 import pytest
 
@@ -18,44 +15,10 @@ from sro.operator.handlers import Operator
 from sro.operator.observed import Observed, SpecialResourceInfo
 from sro.operator.plan import Plan
 from sro.operator.wakeloop import WakeLoop, one_line
+from tests.unit.operator.fakes import FakeIO, Flag
 
 pytestmark = pytest.mark.timeout(20)
 log = logging.getLogger("test.passfailure")
-
-
-class Flag:
-    def __init__(self) -> None:
-        self.event = asyncio.Event()
-
-    def __bool__(self) -> bool:
-        return self.event.is_set()
-
-    def wait(self) -> asyncio.Future[bool]:
-        return asyncio.ensure_future(self.event.wait())
-
-
-class FakeIO:
-    namespace = "sro-system"
-
-    def __init__(self, sr: SpecialResourceInfo) -> None:
-        self.sr = sr
-        self.plans: list[Plan] = []
-        nodes: Any = type("W", (), {"listeners": []})()
-        pods: Any = type("W", (), {"listeners": []})()
-        self.cache = type("Cache", (), {"nodes": nodes, "pods": pods})()
-
-    async def get_sr(self, name: str) -> SpecialResourceInfo | None:
-        return self.sr
-
-    async def observe(self, sr: SpecialResourceInfo) -> Observed:
-        return Observed(sr=sr, nodes=(), image="localhost/sro:test")
-
-    async def carry_out(
-        self, sr: SpecialResourceInfo, plan: Plan, owned: Iterable[tuple[str, str]]
-    ) -> list[str]:
-        self.plans.append(plan)
-        self.sr = replace(self.sr, status=dict(plan.status))
-        return []
 
 
 def _sr() -> SpecialResourceInfo:

@@ -9,42 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
-from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from sro.operator.handlers import Operator
 from sro.operator.observed import Observed, SpecialResourceInfo
-from sro.operator.plan import Plan
 from sro.operator.reconcile import reconcile
-
-
-class FakeIO:
-    """The SpecialResource as stored, and a status write that fails unless `writes` is set."""
-
-    namespace = "sro-system"
-
-    def __init__(self, sr: SpecialResourceInfo, writes: bool = False) -> None:
-        self.sr = sr
-        self.writes = writes
-        listeners: list[Any] = []
-        self.cache = type("Cache", (), {"nodes": type("W", (), {"listeners": listeners})(), "pods": type("W", (), {"listeners": []})()})()  # fmt: skip
-
-    async def get_sr(self, name: str) -> SpecialResourceInfo | None:
-        return self.sr
-
-    async def observe(self, sr: SpecialResourceInfo) -> Observed:
-        return Observed(sr=sr, nodes=(), image="localhost/sro:test")
-
-    async def carry_out(
-        self, sr: SpecialResourceInfo, plan: Plan, owned: Iterable[tuple[str, str]]
-    ) -> list[str]:
-        if not self.writes:
-            return ["status not updated"]
-        self.sr = replace(self.sr, status=dict(plan.status))
-        return []
+from tests.unit.operator.fakes import FakeIO
 
 
 def sr(spec: dict[str, Any], uid: str = "uid-1", status: dict[str, Any] | None = None) -> SpecialResourceInfo:
@@ -66,7 +38,7 @@ def passes(op: Operator, n: int) -> None:
 
 
 def test_a_refusal_whose_status_is_not_written_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
-    io = FakeIO(sr({"recipe": "no-such-recipe"}))
+    io = FakeIO(sr({"recipe": "no-such-recipe"}), writes=False)
     op = Operator(io)  # type: ignore[arg-type]
     with caplog.at_level(logging.WARNING, "sro.operator"):
         passes(op, 3)

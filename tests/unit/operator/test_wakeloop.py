@@ -9,20 +9,10 @@ import logging
 import pytest
 
 from sro.operator.wakeloop import WakeLoop
+from tests.unit.operator.fakes import Flag
 
 pytestmark = pytest.mark.timeout(10)
 log = logging.getLogger("test.wakeloop")
-
-
-class Flag:
-    def __init__(self) -> None:
-        self.event = asyncio.Event()
-
-    def __bool__(self) -> bool:
-        return self.event.is_set()
-
-    def wait(self) -> asyncio.Future[bool]:
-        return asyncio.ensure_future(self.event.wait())
 
 
 def test_failure_is_logged_counted_and_retried(caplog: pytest.LogCaptureFixture) -> None:

@@ -15,6 +15,7 @@ from sro.nfd.matching import FeatureSet
 from sro.nfd.model import RuleError, Taint
 from sro.nfd.nodefeatures import merge, to_spec
 from sro.nfd.rules import parse_rules
+from tests.schema_fit import fits
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "fixtures" / "nodefeaturerules" / "examples.yaml"
 
@@ -127,41 +128,12 @@ def _op_enums(schema: Any) -> list[list[str]]:
     return found
 
 
-def _fits(schema: Any, value: Any, path: str = "") -> list[str]:
-    """A small structural check of a value against an OpenAPI v3 schema (types, required, enum)."""
-    errors: list[str] = []
-    kind = schema.get("type")
-    if kind == "object":
-        if not isinstance(value, dict):
-            return [f"{path}: not an object"]
-        props = schema.get("properties") or {}
-        extra = schema.get("additionalProperties")
-        errors += [f"{path}.{r}: required" for r in schema.get("required") or [] if r not in value]
-        for k, v in value.items():
-            sub = props.get(k) if isinstance(props, dict) else None
-            if sub is None and isinstance(extra, dict):
-                sub = extra
-            if sub is None and props:
-                errors.append(f"{path}.{k}: unknown (pruned by the API server)")
-            elif sub is not None:
-                errors += _fits(sub, v, f"{path}.{k}")
-    elif kind == "array":
-        if not isinstance(value, list):
-            return [f"{path}: not an array"]
-        for i, v in enumerate(value):
-            errors += _fits(schema["items"], v, f"{path}[{i}]")
-    elif kind == "string":
-        if not isinstance(value, str):
-            errors.append(f"{path}: not a string")
-        elif "enum" in schema and value not in schema["enum"]:
-            errors.append(f"{path}: not one of the enum")
-    return errors
-
-
 def test_the_documented_examples_fit_the_schema() -> None:
     schema = node_feature_rule_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     for doc in yaml.safe_load_all(EXAMPLES.read_text()):
-        assert _fits(schema, {k: v for k, v in doc.items() if k in ("spec",)}) == [], doc["metadata"]["name"]
+        assert fits(schema, {k: v for k, v in doc.items() if k in ("spec",)}, "") == [], doc["metadata"][
+            "name"
+        ]
 
 
 def test_uninstall_keeps_nfds_crds_while_rules_exist() -> None:

@@ -16,44 +16,13 @@ from sro.api.crd import status_schema
 from sro.operator.plan import Plan
 from sro.operator.reconcile import reconcile
 from sro.operator.status import NodeRow, build_status, without_empty
+from tests import schema_fit
 from tests.unit.operator.test_reconcile import NOW, NS, SR, node, observed, sr
 
 
-def fits(schema: Mapping[str, Any], value: Any, path: str = "status") -> list[str]:
-    """A structural check of `value` against an OpenAPI v3 schema, as strict as Kubernetes 1.20's
-    validator: types, required keys, enums, unknown keys, and "" refused where a string is due."""
-    errors: list[str] = []
-    kind = schema.get("type")
-    if kind == "object":
-        if not isinstance(value, dict):
-            return [f"{path}: not an object"]
-        props = schema.get("properties") or {}
-        extra = schema.get("additionalProperties")
-        errors += [f"{path}.{r}: required" for r in schema.get("required") or [] if r not in value]
-        for k, v in value.items():
-            sub = props.get(k, extra if isinstance(extra, dict) else None)
-            if sub is None:
-                errors.append(f"{path}.{k}: not in the schema")
-            else:
-                errors += fits(sub, v, f"{path}.{k}")
-    elif kind == "array":
-        if not isinstance(value, list):
-            return [f"{path}: not an array"]
-        for i, v in enumerate(value):
-            errors += fits(schema["items"], v, f"{path}[{i}]")
-    elif kind == "string":
-        if not isinstance(value, str):
-            errors.append(f"{path}: not a string")
-        elif value == "":
-            errors.append(f"{path}: empty string (read as null by Kubernetes 1.20)")
-        elif "enum" in schema and value not in schema["enum"]:
-            errors.append(f"{path}: not one of the enum")
-    elif kind == "integer":
-        if not isinstance(value, int) or isinstance(value, bool):
-            errors.append(f"{path}: not an integer")
-    elif kind == "boolean" and not isinstance(value, bool):
-        errors.append(f"{path}: not a boolean")
-    return errors
+def fits(schema: Mapping[str, Any], value: Any) -> list[str]:
+    """What the local 1.20 API server would refuse in a status."""
+    return schema_fit.fits(schema, value, "status", empty_is_null=True)
 
 
 def empty_strings(value: Any, path: str = "status") -> list[str]:

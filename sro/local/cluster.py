@@ -172,9 +172,9 @@ class LocalCluster:
         return out
 
     def _binaries_replaced(self) -> bool:
-        """Whether `up` has new binaries to run: the build cache lacks something (e.g. a binary built
-        before a source fix it now carries) or a running daemon's binary has been rebuilt since."""
-        if kubebuild.verify(self.layout.kube_cache(kubebuild.cache_key())) is not None:
+        """Whether `up` has new binaries to run: the build cache has a binary built before a source
+        fix it now carries (or no manifest), or a running daemon's binary has been rebuilt since."""
+        if not kubebuild.fixes_current(self.layout.kube_cache(kubebuild.cache_key())):
             return True
         procs = (supervisor.running(self.layout, c.name) for c in self._components(self.layout.bin))
         return any(p is not None and supervisor.binary_replaced(p.pid) for p in procs)

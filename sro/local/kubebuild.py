@@ -203,10 +203,11 @@ def verify(cache_dir: Path, names: tuple[str, ...] = KUBE_BINARIES, fixes: bool 
     if not manifest.exists():
         return "no manifest"
     try:
-        sums = json.loads(manifest.read_text())["sha256"]
+        doc = json.loads(manifest.read_text())
+        sums = doc["sha256"]
     except (ValueError, KeyError) as e:
         return f"manifest unreadable: {e}"
-    built_with = json.loads(manifest.read_text()).get("fixes", {})
+    built_with = doc.get("fixes", {})
     for name in (*names, "pause.c"):
         path = cache_dir / ("bin" if name != "pause.c" else "src") / name
         if not path.exists():
@@ -216,6 +217,17 @@ def verify(cache_dir: Path, names: tuple[str, ...] = KUBE_BINARIES, fixes: bool 
         if fixes and built_with.get(name, "") != fix_tag(name):
             return f"{path} built without the current source fixes"
     return None
+
+
+def fixes_current(cache_dir: Path) -> bool:
+    """Whether every binary of the cache was built with the current source fixes: the manifest
+    alone, no checksums (cheap enough for every `sro local up` of a running cluster; `verify`
+    hashes the binaries when a build is considered)."""
+    try:
+        built_with = json.loads((cache_dir / "manifest.json").read_text()).get("fixes", {})
+    except (OSError, ValueError, AttributeError):
+        return False
+    return all(built_with.get(name, "") == fix_tag(name) for name in KUBE_BINARIES)
 
 
 def to_build_alone(cache_dir: Path) -> tuple[str, ...]:

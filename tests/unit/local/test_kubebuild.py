@@ -209,3 +209,14 @@ def test_the_apiserver_takes_zero_values_for_values_not_null(tmp_path: Path) -> 
     fixed = path.read_text()
     assert "\tif data == nil {\n" in fixed and "reflect.Zero" not in fixed
     assert kubebuild.fix_tag("kube-apiserver") and kubebuild.fix_tag("kubelet") == ""
+
+
+def test_whether_the_cache_carries_the_current_fixes_is_read_from_the_manifest(tmp_path: Path) -> None:
+    cache = _cache(tmp_path)
+    assert kubebuild.fixes_current(cache)
+    doc = json.loads((cache / "manifest.json").read_text())
+    del doc["fixes"]["kube-apiserver"]
+    (cache / "manifest.json").write_text(json.dumps(doc))
+    assert not kubebuild.fixes_current(cache)
+    (cache / "manifest.json").unlink()
+    assert not kubebuild.fixes_current(cache)

@@ -61,7 +61,7 @@ def test_image_template_result_is_bounded() -> None:
 
 def test_documented_image_templates_still_parse() -> None:
     spec = parse_spec(
-        "gpus", _nvidia("nvcr.io/nvidia/driver:{version}-{os_id}{os_version}-{kernel}-{os_major}")
+        "gpus", _nvidia("registry.example/nvidia/driver:{version}-{os_id}{os_version}-{kernel}-{os_major}")
     )
     assert spec.driver.image_template.endswith("{os_major}")
 

@@ -182,7 +182,7 @@ def test_plain_values_are_rendered_as_before() -> None:
         "localhost/sro:test",
         "/",
         "/run/nvidia",
-        "nvcr.io/nvidia/driver:550.54-debian12",
+        "registry.example/nvidia/driver:550.54-debian12",
         "550.54.14",
     ):
         assert plain_scalar(value), value

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-import shutil
 
 import pytest
 
 
 def _has_nvidia_gpu() -> bool:
-    return os.path.exists("/dev/nvidiactl") or shutil.which("nvidia-smi") is not None
+    """A real NVIDIA kernel driver is loaded (the simulated NVIDIA driver makes /dev/nvidiactl and an
+    nvidia-smi too, under /run/nvidia/driver, but never /proc/driver/nvidia: that is the kernel's)."""
+    return os.path.exists("/proc/driver/nvidia/version")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

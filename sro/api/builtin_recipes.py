@@ -22,6 +22,11 @@ SIMULATED_DEVICE_LIST = "devices.json"
 SIMULATED_FAULTS = "faults.json"
 SIMULATED_LIB_DIR = "lib"
 SIMULATED_BIN_DIR = "bin"
+# The simulated driver's NVIDIA personality (`sro driver simulate --personality nvidia`): a driver
+# root laid out like a real driver container's, whose compiled libnvidia-ml.so.1 serves NVML from the
+# state file under SIMNVML_STATE_DIR (relative to the driver root).
+SIMULATED_NVIDIA_DRIVER_ROOT = "/run/nvidia/driver"
+SIMNVML_STATE_DIR = "run/sro-simnvml"
 
 NVIDIA_GPU: dict[str, Any] = dict(
     name="nvidia-gpu",
@@ -56,7 +61,11 @@ NVIDIA_GPU: dict[str, Any] = dict(
         "utility": ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced"),
         "compute": ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server"),
     },
-    directories={"graphics": ("etc/vulkan/icd.d", "usr/share/glvnd/egl_vendor.d")},
+    directories={
+        "graphics": ("etc/vulkan/icd.d", "usr/share/glvnd/egl_vendor.d"),
+        # present only on the simulated NVIDIA driver: the state its libnvidia-ml.so.1 reads
+        "utility": ("run/sro-simnvml",),
+    },
     firmware=("lib/firmware/nvidia/*/gsp*.bin",),
 )
 

@@ -2,6 +2,8 @@
 
 - pause: the sandbox image, compiled (static) from the pause.c that Debian's kubernetes source carries.
 - busybox: Debian's busybox-static, for test pods.
+- sro-glibc: busybox on the machine's Debian glibc (libc6's shared objects, ld.so, ldconfig), for test
+  pods that run the driver's dynamically linked tools, as CUDA images carry glibc.
 - sro: a Debian root filesystem (mmdebstrap, from the machine's own apt sources) with Debian's python3
   and sro's dependencies from a wheelhouse (the base layer, cached by the dependency list), plus a
   thin layer with this checkout's `sro` package. Only the thin layer is rebuilt when the code changes,
@@ -26,7 +28,7 @@ from typing import TYPE_CHECKING
 from sro import __version__
 from sro.api.names import IMAGE
 from sro.console.progress import Progress
-from sro.local.layout import BUSYBOX_IMAGE, PAUSE_IMAGE, Layout
+from sro.local.layout import BUSYBOX_IMAGE, GLIBC_IMAGE, PAUSE_IMAGE, Layout
 from sro.local.ocilayout import ImageConfig, layer_from_files, write_archive
 
 if TYPE_CHECKING:
@@ -113,13 +115,57 @@ def busybox_image(layout: Layout, progress: Progress) -> None:
         raise ImageError("busybox-static is missing: apt-get install busybox-static")
 
     def build(archive: Path) -> Path:
-        applets = _run([str(busybox), "--list-full"]).stdout.split()
-        links = {path: "/bin/busybox" for path in applets if path != "bin/busybox"}
+        links = _busybox_links(busybox)
         with tempfile.TemporaryDirectory() as tmp:
             layer = layer_from_files(Path(tmp) / "layer.tar", {"bin/busybox": busybox}, links)
             return write_archive(archive, BUSYBOX_IMAGE, [layer], ImageConfig(cmd=["/bin/sh"]))
 
     _ensure(layout, BUSYBOX_IMAGE, _sha(busybox.read_bytes()), build, progress)
+
+
+def _busybox_links(busybox: Path) -> dict[str, str]:
+    applets = _run([str(busybox), "--list-full"]).stdout.split()
+    return {path: "/bin/busybox" for path in applets if path != "bin/busybox"}
+
+
+def glibc_files(listed: list[str], root: Path = Path("/")) -> tuple[dict[str, Path], dict[str, str]]:
+    """The files of `dpkg -L libc6 libc-bin` a glibc program needs: shared objects, ld.so, ld.so.conf(.d)
+    and ldconfig (an image's own linker cache, as CUDA images have), as {path in image: host file} and
+    {symlink: target}. The gconv modules (iconv's converters) and documentation stay out."""
+    files: dict[str, Path] = {}
+    links: dict[str, str] = {}
+    for line in listed:
+        name = line.lstrip("/")
+        wanted = name == "sbin/ldconfig" or name.startswith("etc/ld.so.conf") or ".so" in Path(name).name
+        if not line.startswith("/") or not wanted or name.startswith("usr/share/") or "/gconv/" in line:
+            continue
+        path = root / name
+        if path.is_symlink():
+            links[name] = str(path.readlink())
+        elif path.is_file():
+            files[name] = path
+    return files, links
+
+
+def glibc_layer(out: Path, busybox: Path) -> Path:
+    files, links = glibc_files(_run(["dpkg", "-L", "libc6", "libc-bin"]).stdout.splitlines())
+    applets = {p: t for p, t in _busybox_links(busybox).items() if p not in files and p not in links}
+    return layer_from_files(out, {"bin/busybox": busybox, **files}, {**applets, **links})
+
+
+def glibc_image(layout: Layout, progress: Progress) -> None:
+    """`GLIBC_IMAGE`: busybox on Debian's glibc, for test pods that run the driver's nvidia-smi."""
+    busybox = Path("/bin/busybox")
+    if not busybox.exists():
+        raise ImageError("busybox-static is missing: apt-get install busybox-static")
+    versions = _run(["dpkg-query", "-W", "libc6", "libc-bin"]).stdout
+
+    def build(archive: Path) -> Path:
+        with tempfile.TemporaryDirectory() as tmp:
+            layer = glibc_layer(Path(tmp) / "layer.tar", busybox)
+            return write_archive(archive, GLIBC_IMAGE, [layer], ImageConfig(cmd=["/bin/sh"]))
+
+    _ensure(layout, GLIBC_IMAGE, _sha(busybox.read_bytes(), versions.encode()), build, progress)
 
 
 def ensure_base_images(cluster: LocalCluster, progress: Progress) -> None:
@@ -128,6 +174,7 @@ def ensure_base_images(cluster: LocalCluster, progress: Progress) -> None:
     pause_c = cluster.layout.kube_cache(cache_key()) / "src" / "pause.c"
     pause_image(cluster.layout, pause_c, progress)
     busybox_image(cluster.layout, progress)
+    glibc_image(cluster.layout, progress)
 
 
 # ---- the sro image ------------------------------------------------------------------------------

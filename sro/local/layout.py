@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from sro import __version__
+
 # Debian's kubernetes source package; the build cache is keyed by it (and by Go's version).
 KUBERNETES_SOURCE_PACKAGE = "kubernetes"
 KUBE_BINARIES = (
@@ -32,6 +34,8 @@ CLUSTER_DOMAIN = "cluster.local"
 
 PAUSE_IMAGE = "localhost/pause:sro"
 BUSYBOX_IMAGE = "localhost/busybox:sro"
+# glibc + busybox, for pods that run the driver's dynamically linked tools (nvidia-smi), as CUDA images do
+GLIBC_IMAGE = f"localhost/sro-glibc:{__version__}"
 RUNTIME_HANDLER = "sro"  # containerd runtime handler (and RuntimeClass) running `sro runtime`
 
 

@@ -1,0 +1,73 @@
+"""The glibc test image's layer: a dynamically linked program (the driver's nvidia-smi) needs ld.so at
+the path its ELF header names and libc.so.6 where ld.so looks, and the hook's ldconfig needs the
+image's ld.so.conf; without them the pod fails with a bare "not found" from the kernel."""
+
+from __future__ import annotations
+
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from sro.local.images import glibc_files, glibc_layer
+
+BUSYBOX = Path("/bin/busybox")
+LISTED = [
+    "/.",
+    "/etc/ld.so.conf.d",
+    "/etc/ld.so.conf",
+    "/lib/x86_64-linux-gnu/libc.so.6",
+    "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+    "/lib64/ld-linux-x86-64.so.2",
+    "/usr/lib/x86_64-linux-gnu/gconv/UTF-16.so",
+    "/usr/share/doc/libc6/copyright",
+    "/sbin/ldconfig",
+    "/usr/bin/iconv",
+    "diverted by: nothing",
+]
+
+
+def _fake_host(root: Path) -> None:
+    """The LISTED paths under `root`, made as dpkg leaves them (lib64's ld.so is a symlink)."""
+    for line in LISTED:
+        if not line.startswith("/") or line == "/.":
+            continue
+        path = root / line.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if line == "/etc/ld.so.conf.d":
+            path.mkdir()
+        elif line == "/lib64/ld-linux-x86-64.so.2":
+            path.symlink_to("/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2")
+        else:
+            path.write_bytes(b"x")
+
+
+def test_only_the_runtime_files_are_taken(tmp_path: Path) -> None:
+    _fake_host(tmp_path)
+    files, links = glibc_files(LISTED, tmp_path)
+    assert files == {
+        name: tmp_path / name
+        for name in (
+            "etc/ld.so.conf",
+            "lib/x86_64-linux-gnu/libc.so.6",
+            "lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+            "sbin/ldconfig",
+        )
+    }
+    assert links == {"lib64/ld-linux-x86-64.so.2": "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"}
+
+
+@pytest.mark.skipif(not BUSYBOX.exists(), reason="busybox-static is not installed")
+def test_the_layer_of_this_machine_runs_glibc_programs(tmp_path: Path) -> None:
+    layer = glibc_layer(tmp_path / "layer.tar", BUSYBOX)
+    with tarfile.open(layer) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+    assert members["lib/x86_64-linux-gnu/libc.so.6"].isfile()
+    assert members["lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"].isfile()
+    interp = members["lib64/ld-linux-x86-64.so.2"]  # the interpreter every x86-64 program names
+    assert interp.issym() and interp.linkname == "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"
+    assert members["etc/ld.so.conf"].isfile()
+    ldconfig = members["sbin/ldconfig"]  # Debian's, not a busybox applet
+    assert ldconfig.isfile() and ldconfig.size > 100_000
+    assert members["bin/sh"].issym() and members["bin/sh"].linkname == "/bin/busybox"
+    assert not any("gconv" in name or name.startswith("usr/share") for name in members)

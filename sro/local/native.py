@@ -112,3 +112,9 @@ def build_simnvml(out_dir: Path, native_dir: Path = NATIVE_DIR) -> SimNvmlBuild:
         _run(smi_command(native_dir, out_dir))
     stamp.write_text(digest + "\n")
     return result
+
+
+if __name__ == "__main__":  # `python3 -m sro.local.native OUT_DIR`: the Containerfile's build stage
+    import sys
+
+    build_simnvml(Path(sys.argv[1]))

@@ -6,6 +6,9 @@ readings follow, `sro.devices.simreadings`). Thin: parsing and printing around `
 `sro driver simulate --hold` is the payload of the driver DaemonSet: it installs, marks the driver
 ready, and removes it again when the pod stops, as a driver container loads and unloads its module;
 `--driver-version` installs another version than the config's (an upgrade replaces files and nodes).
+`--personality nvidia` (or `personality: nvidia` in the config) installs the NVIDIA personality
+(`simulated_nvidia`: NVIDIA's device nodes, a libnvidia-ml.so.1 serving NVML from a state file that
+`--hold` rewrites every second and `simulate fault`/`load` rewrite at once, `simnvml_state`).
 The `driver` group itself, with `sro driver holders` beside `simulate`, is `sro.node.commands`."""
 
 from __future__ import annotations
@@ -18,15 +21,18 @@ from pathlib import Path
 
 import click
 
+from sro.api.builtin_recipes import SIMULATED_NVIDIA_DRIVER_ROOT
 from sro.api.recipes import SIMULATED_GPU
 from sro.api.yamltext import load_yaml_file
-from sro.devices import driverstate, simconfig, simulated_driver
+from sro.devices import driverstate, simconfig, simnvml_state, simulated_driver, simulated_nvidia
 from sro.devices.model import DeviceUUID, Inventory
 
 # Written under the driver root by `--hold` once the driver is installed, removed before it is taken
 # away: the driver pod's readiness probe (sro/manifests/driver) tests for it.
 READY_MARKER = ".ready"
 _STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+NVML_STATE_INTERVAL = 1.0  # seconds between rewrites of the NVML state while holding the driver
+DRIVER_ROOTS = {"simgpu": Path(SIMULATED_GPU.driver_root), "nvidia": Path(SIMULATED_NVIDIA_DRIVER_ROOT)}
 
 _device_option = click.option(
     "--device", "devices", multiple=True, help="Device index, UUID, MIG UUID or PCI bus id (repeatable)."
@@ -53,12 +59,40 @@ def _check_driver_version(ctx: click.Context, param: click.Parameter, value: str
 @click.option(
     "--config", "config_path", type=click.Path(path_type=Path, dir_okay=False), help="Devices YAML."
 )
-@_root_option
+@click.option(
+    "--personality",
+    type=click.Choice(simconfig.PERSONALITIES),
+    help="simgpu: the simulated GPU's own devices; nvidia: NVIDIA's device nodes, libnvidia-ml.so.1 and "
+    "nvidia-smi serving NVML. [default: the config's `personality`, else simgpu]",
+)
+@click.option(
+    "--driver-root",
+    type=click.Path(path_type=Path),
+    help=f"Where the simulated driver keeps its files. [default: {SIMULATED_GPU.driver_root}, "
+    f"{SIMULATED_NVIDIA_DRIVER_ROOT} for nvidia]",
+)
 @click.option("--dev-root", type=click.Path(path_type=Path), default=Path("/dev"), show_default=True)
 @click.option(
     "--proc-devices", type=click.Path(path_type=Path), default=Path("/proc/devices"), show_default=True
 )
-@click.option("--major", type=int, help="Character major to use (default: a free LOCAL/EXPERIMENTAL one).")
+@click.option(
+    "--proc-modules",
+    type=click.Path(path_type=Path),
+    default=Path("/proc/modules"),
+    show_default=True,
+    help="nvidia: refuse to install where a real NVIDIA driver is loaded.",
+)
+@click.option(
+    "--native-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    envvar=simulated_nvidia.NATIVE_DIR_ENV,
+    default=simulated_nvidia.DEFAULT_NATIVE_DIR,
+    show_default=True,
+    help=f"nvidia: the compiled libnvidia-ml.so.1 and nvidia-smi (env {simulated_nvidia.NATIVE_DIR_ENV}).",
+)
+@click.option(
+    "--major", type=int, help="simgpu: character major to use (default: a free LOCAL/EXPERIMENTAL one)."
+)
 @click.option(
     "--driver-version",
     callback=_check_driver_version,
@@ -74,15 +108,19 @@ def _check_driver_version(ctx: click.Context, param: click.Parameter, value: str
 )
 def simulate_driver(
     config_path: Path | None,
-    driver_root: Path,
+    personality: str | None,
+    driver_root: Path | None,
     dev_root: Path,
     proc_devices: Path,
+    proc_modules: Path,
+    native_dir: Path,
     major: int | None,
     driver_version: str | None,
     remove: bool,
     hold: bool,
 ) -> None:
-    """Install the SIMULATED GPU driver: device nodes, libraries, simgpu-smi and state files."""
+    """Install the SIMULATED GPU driver: device nodes, libraries, simgpu-smi and state files (with
+    --personality nvidia: NVIDIA's device nodes, libnvidia-ml.so.1 and nvidia-smi)."""
     if remove and hold:
         raise click.UsageError("--hold installs and holds the driver; it does not go with --remove")
     if remove and driver_version is not None:
@@ -95,19 +133,26 @@ def simulate_driver(
             # A handler, not the default: as PID 1 of a container the process gets only handled signals.
             signal.signal(signum, lambda *_: None)
     if remove:
-        removed = simulated_driver.remove(driver_root, dev_root)
+        root = driver_root or DRIVER_ROOTS[personality or simconfig.PERSONALITIES[0]]
+        removed = _remove(root, dev_root)
         click.echo(f"removed {len(removed)} simulated driver files and device nodes")
         return
     if config_path is None:
         raise click.UsageError("--config FILE is required (or --remove)")
+    doc = load_yaml_file(config_path, lambda doc: doc, click.ClickException)
     try:
-        inv = load_yaml_file(
-            config_path,
-            lambda doc: simconfig.parse(doc, device_node=SIMULATED_GPU.device_node),
-            simconfig.SimConfigError,
-        )
+        chosen = personality or simconfig.personality(doc)
+        if chosen == simulated_nvidia.PERSONALITY:
+            inv = simulated_nvidia.parse(doc)
+        else:
+            inv = simconfig.parse(doc, device_node=SIMULATED_GPU.device_node)
     except simconfig.SimConfigError as e:
-        raise click.ClickException(str(e)) from e
+        raise click.ClickException(f"{config_path}: {e}") from e
+    if chosen == simulated_nvidia.PERSONALITY and major is not None:
+        raise click.UsageError(
+            f"--major is for the simgpu personality (NVIDIA's is {simulated_nvidia.NVIDIA_MAJOR})"
+        )
+    root = driver_root or DRIVER_ROOTS[chosen]
     if driver_version is not None:
         inv = dataclasses.replace(inv, driver_version=driver_version)
     try:
@@ -115,32 +160,86 @@ def simulate_driver(
     except OSError as e:
         raise click.ClickException(f"--proc-devices {proc_devices}: cannot read: {e.strerror}") from e
     try:
-        done = simulated_driver.install(inv, driver_root, dev_root, known, major=major)
+        if chosen == simulated_nvidia.PERSONALITY:
+            modules = _modules(proc_modules)
+            simulated_nvidia.check_host(modules, known)  # a real driver matters more than a missing build
+            native = simulated_nvidia.find_native(native_dir)
+            done = simulated_nvidia.install(inv, root, dev_root, known, modules, native)
+        else:
+            done = simulated_driver.install(inv, root, dev_root, known, major=major)
     except simulated_driver.SimulatedDriverError as e:
         raise click.ClickException(str(e)) from e
-    except OSError as e:  # the driver root or dev root: not a directory, no permission, ...
-        where = f"{e.filename}: " if e.filename else ""
-        raise click.ClickException(f"cannot install the simulated driver: {where}{e.strerror or e}") from e
-    click.echo(
-        f"simulated driver {inv.driver_version}: {len(inv.devices)} SIMULATED devices, char major {done.major}"
-    )
+    except (OSError, driverstate.DriverStateError) as e:  # the driver or dev root: not a directory, ...
+        where = f"{e.filename}: " if isinstance(e, OSError) and e.filename else ""
+        detail = e.strerror if isinstance(e, OSError) and e.strerror else e
+        raise click.ClickException(f"cannot install the simulated driver: {where}{detail}") from e
+    name = "simulated NVIDIA driver" if chosen == simulated_nvidia.PERSONALITY else "simulated driver"
+    click.echo(f"{name} {inv.driver_version}: {len(inv.devices)} SIMULATED devices, char major {done.major}")
     for d in done.inventory.devices:
         click.echo(f"  {d.index}: {d.uuid} {d.device_node} {d.product} {d.memory_mib}MiB numa={d.numa_node}")
-    click.echo(f"driver files in {driver_root}")
+    click.echo(f"driver files in {root}")
     if hold:
-        _hold(driver_root, dev_root)
+        _hold(root, dev_root)
+
+
+def _modules(proc_modules: Path) -> str:
+    """The text of /proc/modules; none where the kernel has no modules (no such file)."""
+    try:
+        return proc_modules.read_text()
+    except FileNotFoundError:
+        return ""
+    except OSError as e:
+        raise click.ClickException(f"--proc-modules {proc_modules}: cannot read: {e.strerror}") from e
+
+
+def _remove(driver_root: Path, dev_root: Path) -> list[Path]:
+    """Remove the simulated driver installed at `driver_root`, whichever personality it has."""
+    if simulated_nvidia.personality_of(driver_root) == simulated_nvidia.PERSONALITY:
+        return simulated_nvidia.remove(driver_root, dev_root)
+    return simulated_driver.remove(driver_root, dev_root)
 
 
 def _hold(driver_root: Path, dev_root: Path) -> None:
+    """Hold the driver until a stop signal; meanwhile keep the NVML state (if any) up to date."""
     marker = driver_root / READY_MARKER
     driverstate.write_atomic(marker, "simulated driver installed\n")
     click.echo(f"ready ({marker}); holding the driver until SIGTERM")
-    signum = signal.sigwait(_STOP_SIGNALS)
+    signum = _wait_for_stop(driver_root)
     marker.unlink(missing_ok=True)  # not ready from here on, and `remove` can take the directory
-    removed = simulated_driver.remove(driver_root, dev_root)
+    removed = _remove(driver_root, dev_root)
     click.echo(
         f"{signal.Signals(signum).name}: removed {len(removed)} simulated driver files and device nodes"
     )
+
+
+def _wait_for_stop(driver_root: Path) -> int:
+    """The stop signal, once it comes; meanwhile the NVML state (where the driver serves NVML) is
+    rewritten every second, so its readings move with the load."""
+    if not simnvml_state.enabled(driver_root):
+        return signal.sigwait(_STOP_SIGNALS)
+    writer = simnvml_state.StateWriter(driver_root)
+    said = ""
+    while True:
+        info = signal.sigtimedwait(_STOP_SIGNALS, NVML_STATE_INTERVAL)
+        if info is not None:
+            return info.si_signo
+        try:
+            writer.write()
+            said = ""
+        except (driverstate.DriverStateError, OSError) as e:
+            if str(e) != said:  # once per problem, not every second; the last good state stays
+                click.echo(f"NVML state not updated (the last one stays): {e}", err=True)
+                said = str(e)
+
+
+def _update_nvml(driver_root: Path) -> None:
+    """After a fault or load change: the NVML state at once, where the driver serves NVML."""
+    if not simnvml_state.enabled(driver_root):
+        return
+    try:
+        simnvml_state.write_state(driver_root)
+    except (driverstate.DriverStateError, OSError) as e:
+        click.echo(f"NVML state not updated now (the holding driver rewrites it each second): {e}", err=True)
 
 
 @click.group("simulate")
@@ -193,10 +292,12 @@ def fault(devices: tuple[str, ...], all_devices: bool, xid: int, clear: bool, dr
     targets = _targets(inv, devices, all_devices)
     if clear:
         cleared = driverstate.clear_faults(driver_root, None if all_devices else targets)
+        _update_nvml(driver_root)
         click.echo(json.dumps({"cleared": cleared}))
         return
     for uuid in targets:
         driverstate.set_fault(driver_root, uuid, xid)
+    _update_nvml(driver_root)
     json.dump({"fault": {"xid": xid, "devices": targets}}, sys.stdout)
     click.echo()
 
@@ -234,6 +335,7 @@ def load(
     try:
         if clear:
             cleared = driverstate.clear_loads(driver_root, None if all_devices else targets)
+            _update_nvml(driver_root)
             click.echo(json.dumps({"cleared": cleared}))
             return
         if memory_mib is not None:
@@ -248,6 +350,7 @@ def load(
                 )
         for uuid in targets:
             driverstate.set_load(driver_root, uuid, util, memory_mib)
+        _update_nvml(driver_root)
     except driverstate.DriverStateError as e:
         raise click.ClickException(str(e)) from e
     json.dump({"load": {"util": util, "memoryMiB": memory_mib, "devices": targets}}, sys.stdout)
@@ -266,6 +369,7 @@ def status(driver_root: Path) -> None:
         raise click.ClickException(str(e)) from e
     out = {
         "simulated": True,
+        "personality": simulated_nvidia.personality_of(driver_root),
         "driverVersion": inv.driver_version,
         "devices": [
             {

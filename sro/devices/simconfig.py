@@ -6,6 +6,7 @@ layout) in a small file. UUIDs and PCI bus ids are derived deterministically whe
 same file gives the same devices on every run. Errors name the field to fix.
 
     driverVersion: "550.0-sim"
+    personality: simgpu           # or nvidia: NVIDIA's device nodes and NVML (sro.devices.simulated_nvidia)
     defaults: {product: SRO Simulated H100, memoryMiB: 81920, computeCapability: "9.0"}
     count: 8                      # or an explicit `devices:` list (the two merge: list first)
     numaNodes: [0, 0, 0, 0, 1, 1, 1, 1]
@@ -37,6 +38,9 @@ MAX_DEVICES = 64
 # into the `simgpu-smi` shell script: so exactly a label value's syntax, 1-63 characters of
 # [0-9A-Za-z._-], alphanumeric at both ends.
 DRIVER_VERSION = re.compile(r"^[0-9A-Za-z]([0-9A-Za-z._-]{0,61}[0-9A-Za-z])?$")
+# What the simulated driver looks like on the node: its own `simgpu` devices, or `nvidia` (NVIDIA's
+# device nodes and a libnvidia-ml.so.1 serving NVML: `sro.devices.simulated_nvidia`).
+PERSONALITIES = ("simgpu", "nvidia")
 
 
 class SimConfigError(ValueError):
@@ -64,6 +68,14 @@ def driver_version(value: Any, where: str = "driverVersion") -> str:
             "starting and ending with a letter or digit"
         )
     return text
+
+
+def personality(doc: Any) -> str:
+    """The document's `personality` (default simgpu), or SimConfigError naming the known ones."""
+    value = doc.get("personality", PERSONALITIES[0]) if isinstance(doc, Mapping) else PERSONALITIES[0]
+    if value not in PERSONALITIES:
+        raise SimConfigError(f"personality: expected one of {list(PERSONALITIES)}, got {value!r}")
+    return str(value)
 
 
 def _list(doc: Mapping[str, Any], key: str, where: str) -> list[Any]:
@@ -128,10 +140,12 @@ def parse(doc: Any, device_node: str = "/dev/sro-simgpu{index}", minor_base: int
         "nvlinkLinks",
         "nvlinks",
         "seed",
+        "personality",
     }
     unknown = sorted(set(doc) - known)
     if unknown:
         raise SimConfigError(f"top level: unknown field(s) {unknown}; known: {sorted(known)}")
+    personality(doc)
     seed = _str(doc.get("seed", "sro"), "seed")
     defaults = dict(DEFAULTS)
     raw_defaults = doc.get("defaults", {})

@@ -114,6 +114,8 @@ ACCEPTED: dict[tuple[tuple[str, ...], str], str] = {
     (("device-plugin",), "--plugin-dir"): "not used by --oneshot (the plugin waits for its kubelet dir)",
     (("device-plugin",), "--ready-file"): "not used by --oneshot",
     (("exporter",), "--pod-resources-socket"): "the kubelet is optional: its pods are left out, said once",
+    (("driver", "simulate"), "--proc-modules"): "read by the nvidia personality only (none: no modules)",
+    (("driver", "simulate"), "--native-dir"): "read by the nvidia personality only",
 }
 
 # Commands whose failure is a report (one line per check, then why): not one line, but no traceback.

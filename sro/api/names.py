@@ -44,6 +44,8 @@ DRIVER_REVISION_LABEL: Final = f"{GROUP}/driver-revision"
 # zipapp, the launcher the containerd runtime handler `sro` runs, hooks.d entries, CDI specs).
 RUNTIME_ROOT: Final = "/var/lib/sro/runtime"
 RUNTIME_LAUNCHER: Final = f"{RUNTIME_ROOT}/sro-runtime"
+# The RuntimeClass (and containerd handler) whose hook injects a recipe's devices and driver files.
+RUNTIME_CLASS: Final = "sro"
 
 # The ordered states, as the seeds name them. Each starts on a node only after the previous one is
 # ready there; `sro.dev/<sr>.<state>=ready` records it on the Node.
@@ -90,6 +92,16 @@ def reached_annotation(sr: str) -> str:
 def simulated_opt_in_label(recipe: str) -> str:
     """Nodes opt in to a simulated recipe with this label set to `true` (no PCI device to match)."""
     return f"{PREFIX}{recipe}.enabled"
+
+
+def simulated_driver_opt_in_label(recipe: str) -> str:
+    """Nodes opt in to sro's simulated driver standing in for a real recipe's (`spec.driver.mode:
+    simulated`, e.g. `sro.dev/nvidia-gpu.simulated=true`): such nodes have no PCI device to match."""
+    return f"{PREFIX}{recipe}.simulated"
+
+
+# On every object of a SpecialResource whose driver is simulated: no one takes it for hardware.
+SIMULATED_LABEL: Final = f"{GROUP}/simulated"
 
 
 def driver_revision_label(sr: str) -> str:

@@ -13,7 +13,7 @@ labelled as simulated everywhere it shows). Custom recipes load from YAML (a Con
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -82,6 +82,25 @@ NVIDIA_GPU = Recipe(**builtin.NVIDIA_GPU)
 SIMULATED_GPU = Recipe(**builtin.SIMULATED_GPU)
 
 BUILTIN: Mapping[str, Recipe] = {r.name: r for r in (NVIDIA_GPU, SIMULATED_GPU)}
+
+# `spec.driver.mode: simulated`: the built-in recipes sro's simulated driver can stand in for, with
+# the personality `sro driver simulate --personality` gives it (simulated-gpu's driver is simulated
+# in every mode, with the default personality).
+SIMULATED_PERSONALITIES: Mapping[str, str] = {NVIDIA_GPU.name: "nvidia", SIMULATED_GPU.name: "simgpu"}
+
+
+def on_simulated_driver(recipe: Recipe) -> Recipe:
+    """`recipe` as it runs on sro's simulated driver: the same recipe, with the simulated driver's
+    root as its driver root, so every agent (runtime, device plugin, exporter, validation, holder
+    scan) finds the simulated devices, libraries and binaries where the driver puts them."""
+    if recipe.simulated:
+        return recipe
+    if recipe == NVIDIA_GPU:
+        return replace(recipe, driver_root=builtin.SIMULATED_NVIDIA_DRIVER_ROOT)
+    raise RecipeError(
+        f"recipe {recipe.name!r}: sro's simulated driver has no personality for it "
+        f"(only {', '.join(sorted(SIMULATED_PERSONALITIES))})"
+    )
 
 
 def _str_tuple(doc: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:

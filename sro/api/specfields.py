@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from sro.api.builtin_recipes import SIMULATED_NVIDIA_DRIVER_ROOT
 from sro.api.names import (
     DEVICE_PLUGIN,
     DEVICE_PLUGIN_VALIDATION,
@@ -17,6 +18,7 @@ from sro.api.names import (
     FEATURE_DISCOVERY,
     MONITORING,
     RUNTIME,
+    simulated_driver_opt_in_label,
 )
 from sro.api.openapi import ARRAY, BOOLEAN, INT_OR_STRING, INTEGER, OBJECT, STRING, Field
 from sro.api.specialresource import (
@@ -38,6 +40,7 @@ IMAGE_TEMPLATE_MAX: Final = 512  # characters of spec.driver.imageTemplate
 IMAGE_MAX: Final = 1024  # characters of the image it fills in, at the most
 VERSION_MAX: Final = 128  # characters of spec.driver.version
 COUNT_OR_PERCENT: Final = "^(100|[1-9][0-9]?)%$|^[1-9][0-9]*$"
+DRIVER_MODES: Final = ("container", "host", "simulated")  # spec.driver.mode
 
 
 def _strings(name: str, description: str = "") -> Field:
@@ -239,8 +242,14 @@ _STATE_EXTRAS: Final[dict[str, tuple[Field, ...]]] = {
         Field(
             "mode",
             STRING,
-            "host: the driver is pre-installed on the nodes; nothing is deployed.",
-            enum=("container", "host"),
+            "container: a driver container per node (imageTemplate); host: the driver is "
+            "pre-installed on the nodes, nothing is deployed; simulated: sro's SIMULATED driver from "
+            "the operator's image, devices from devicesConfig; for nvidia-gpu its NVIDIA personality "
+            "(/dev/nvidia*, a libnvidia-ml.so.1 and nvidia-smi serving simulated GPUs, driver root "
+            f"{SIMULATED_NVIDIA_DRIVER_ROOT}) on the nodes labelled "
+            f"{simulated_driver_opt_in_label('nvidia-gpu')}=true; simulated-gpu is always simulated "
+            "(the same as container); not for custom recipes.",
+            enum=DRIVER_MODES,
             default="container",
         ),
         Field("version", STRING, "Driver version ({version} in the image template).", max_length=VERSION_MAX),
@@ -252,7 +261,11 @@ _STATE_EXTRAS: Final[dict[str, tuple[Field, ...]]] = {
             + " (from the node's NFD kernel and os_release labels), bare: no format spec or conversion.",
             max_length=IMAGE_TEMPLATE_MAX,
         ),
-        Field("devicesConfig", STRING, "simulated-gpu: the simulated devices YAML."),
+        Field(
+            "devicesConfig",
+            STRING,
+            "simulated-gpu or mode simulated: the simulated devices YAML (sro driver simulate --config).",
+        ),
         UPGRADE_POLICY,
     ),
     DEVICE_PLUGIN: (Field("config", STRING, "The plugin's config.yaml."),),

@@ -94,10 +94,10 @@ class UpgradePolicy:
 
 @dataclass(frozen=True)
 class DriverSpec:
-    mode: str = "container"  # container | host (pre-installed on the node: nothing is deployed)
+    mode: str = "container"  # container | host (pre-installed: nothing deployed) | simulated (sro's driver)
     version: str = ""
     image_template: str = ""  # e.g. registry/driver:{version}-{kernel}; default per recipe
-    devices_config: str = ""  # simulated recipe: the devices YAML (default: 8 GPUs, NVLink)
+    devices_config: str = ""  # a simulated driver's devices YAML (default: 8 GPUs, NVLink)
     upgrade_policy: UpgradePolicy = UpgradePolicy()
 
 

@@ -13,10 +13,12 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, Final
 
 from sro.api.names import DRIVER, LABEL_NAME_MAX, PREFIX, longest_label_name
 from sro.api.openapi import Field, FieldError, check
+from sro.api.recipes import SIMULATED_PERSONALITIES, Recipe, RecipeError, on_simulated_driver
 from sro.api.selectors import parse_selector
 from sro.api.specfields import COUNT_OR_PERCENT, DNS_LABEL, IMAGE_MAX, PARTITIONING, SPEC, UPGRADE_POLICY
 from sro.api.specialresource import (
@@ -78,7 +80,17 @@ def check_image_template(template: str, where: str, version: str = "") -> None:
 
 
 def check_driver(spec: SpecialResourceSpec, simulated: bool) -> None:
-    """A driver container for real hardware needs its image: sro names no registry of its own."""
+    """A driver container for real hardware needs its image: sro names no registry of its own. A
+    simulated driver stands in only for a recipe it has a personality for (a built-in one)."""
+    if spec.driver.mode == "simulated" and (
+        spec.recipe_config_map or spec.recipe not in SIMULATED_PERSONALITIES
+    ):
+        raise SpecError(
+            f"spec.driver.mode: simulated runs sro's simulated driver, which can stand in only for the "
+            f"built-in recipes ({', '.join(sorted(SIMULATED_PERSONALITIES))}), not for the custom recipe "
+            f"{spec.recipe!r}; set spec.driver.mode to container (with spec.driver.imageTemplate) or host, "
+            "or use spec.recipe: simulated-gpu"
+        )
     driver_container = spec.state(DRIVER).enabled and spec.driver.mode == "container" and not simulated
     if driver_container and not spec.driver.image_template:
         raise SpecError(
@@ -86,6 +98,21 @@ def check_driver(spec: SpecialResourceSpec, simulated: bool) -> None:
             "'<your registry>/driver:{version}-{os_id}{os_version}'; or set spec.driver.mode: host "
             "when the driver is installed on the nodes"
         )
+
+
+def with_driver_mode(spec: SpecialResourceSpec, recipe: Recipe) -> tuple[SpecialResourceSpec, Recipe]:
+    """The spec and recipe the operator deploys (after `check_driver`). `mode: simulated` puts a real
+    recipe on sro's simulated driver (its driver root, `recipes.on_simulated_driver`); simulated-gpu's
+    driver is simulated in every mode, so there `simulated` is `container`: the same objects and the
+    same driver revision, nothing restarts when a spec switches between the two."""
+    if spec.driver.mode != "simulated":
+        return spec, recipe
+    if recipe.simulated:
+        return replace(spec, driver=replace(spec.driver, mode="container")), recipe
+    try:
+        return spec, on_simulated_driver(recipe)
+    except RecipeError as e:
+        raise SpecError(f"spec.driver.mode: {e}") from None
 
 
 def check_name(name: str) -> None:

@@ -14,9 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sro.api.names import simulated_driver_opt_in_label
 from sro.api.recipes import BUILTIN, Recipe, RecipeError, recipe_from_dict
 from sro.api.specialresource import SpecError, SpecialResourceSpec
-from sro.api.specparsing import check_driver, parse_spec
+from sro.api.specparsing import check_driver, parse_spec, with_driver_mode
 from sro.api.timestamps import now_utc
 from sro.operator import partitioning
 from sro.operator.observed import NodeInfo, Observed, SpecialResourceInfo
@@ -108,7 +109,9 @@ def claim_of(
     if not resource:
         return None
     selector = _raw_selector(other.spec)
-    terms = (selector,) if selector else recipe.default_node_selector_terms() if recipe else None
+    driver = other.spec.get("driver")
+    mode = driver.get("mode") if isinstance(driver, Mapping) else None
+    terms = (selector,) if selector else default_terms(recipe, str(mode or "container")) if recipe else None
     if terms is None:
         rows = other.status.get("nodes") or ()
         held = frozenset(
@@ -150,6 +153,7 @@ def admit(obs: Observed, namespace: str) -> Admitted | Refusal:
         spec = parse_spec(sr.name, sr.spec)
         recipe = resolve_recipe(spec, obs.custom_recipe)
         check_driver(spec, recipe.simulated)
+        spec, recipe = with_driver_mode(spec, recipe)
         partitioning.check(spec, recipe)
     except SpecError as e:
         return Refusal("SpecInvalid", str(e))
@@ -227,5 +231,14 @@ def matches(node: NodeInfo, terms: Sequence[Term]) -> bool:
     )
 
 
+def default_terms(recipe: Recipe, driver_mode: str) -> tuple[Term, ...]:
+    """The nodes a recipe selects with no spec.nodeSelector: its hardware's PCI labels, or on sro's
+    simulated driver standing in for real hardware (`driver.mode: simulated`), the nodes that opt
+    in with `sro.dev/<recipe>.simulated=true` (they have no such PCI device)."""
+    if driver_mode == "simulated" and not recipe.simulated:
+        return ({simulated_driver_opt_in_label(recipe.name): "true"},)
+    return recipe.default_node_selector_terms()
+
+
 def selection_terms(spec: SpecialResourceSpec, recipe: Recipe) -> tuple[Term, ...]:
-    return (dict(spec.node_selector),) if spec.node_selector else recipe.default_node_selector_terms()
+    return (dict(spec.node_selector),) if spec.node_selector else default_terms(recipe, spec.driver.mode)

@@ -33,6 +33,7 @@ from sro.api.names import (
     KIND,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
+    SIMULATED_LABEL,
     SPECIALRESOURCE_LABEL,
     STATE_LABEL,
     not_ready_taint,
@@ -82,6 +83,12 @@ class Context:
     prometheus_operator: bool = False  # its CRDs exist: ServiceMonitor and PrometheusRule are rendered
     openshift: bool = False  # OpenShift: CRI-O nodes (the runtime state writes CRI-O's hooks.d too)
 
+    @property
+    def simulated_driver(self) -> bool:
+        """sro's simulated driver stands in for the recipe's real one (`spec.driver.mode: simulated`,
+        set only for a real recipe once admitted): every object says so, the templates adapt."""
+        return self.spec.driver.mode == "simulated"
+
     def state_image(self, state: str) -> str:
         return self.spec.state(state).image or self.image
 
@@ -114,7 +121,7 @@ def slug(value: str, length: int = 24) -> str:
 
 def render_state(ctx: Context, state: str, component: str, **values: Any) -> list[dict[str, Any]]:
     """The component's templates (with the admin's custom ones for this state), minus install kinds."""
-    base = dict(
+    base: dict[str, Any] = dict(
         namespace=ctx.namespace,
         image=ctx.state_image(state),
         pull_policy=ctx.pull_policy(state),
@@ -124,6 +131,8 @@ def render_state(ctx: Context, state: str, component: str, **values: Any) -> lis
         sr=ctx.sr,
         state=state,
     )
+    if ctx.simulated_driver:
+        base["simulated_driver"] = True
     base.update(values)
     base, tokens = _as_tokens(base)
     try:
@@ -203,12 +212,15 @@ def node_affinity(terms: Sequence[Term]) -> dict[str, Any]:
 
 
 def _our_labels(ctx: Context, state: str) -> dict[str, str]:
-    return {
+    labels = {
         MANAGED_BY_LABEL: MANAGED_BY_VALUE,
         SPECIALRESOURCE_LABEL: ctx.sr,
         STATE_LABEL: state,
         COMPONENT_LABEL: state,
     }
+    if ctx.simulated_driver:
+        labels[SIMULATED_LABEL] = "true"
+    return labels
 
 
 def tolerations(ctx: Context) -> list[dict[str, Any]]:

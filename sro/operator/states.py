@@ -29,9 +29,11 @@ from sro.api.names import (
     MONITORING,
     NFD_PREFIX,
     RUNTIME,
+    RUNTIME_CLASS,
     driver_revision_label,
 )
 from sro.api.openshift import CRIO_HOOKS_DIR
+from sro.api.recipes import SIMULATED_PERSONALITIES
 from sro.operator.observed import NodeInfo, PodInfo
 from sro.operator.rendering import Context, Term, decorate, render_state, short_hash, slug
 from sro.operator.upgrade.revision import driver_revision
@@ -113,9 +115,17 @@ class DaemonSetState(State):
         return Readiness(False, reason, message, pod.log, failed)
 
 
+def _management_values(ctx: Context) -> dict[str, Any]:
+    """On sro's simulated driver NVML lists only the GPUs whose /dev/nvidia<minor> the container has,
+    so the device plugin and the exporter run with the `sro` runtime class, whose hook gives them
+    every device (SRO_MANAGEMENT_DEVICES=all, honoured in the operator's namespace). A real driver
+    keeps its nodes as before (NVIDIA's runtime, where it is the default, does the same)."""
+    return {"runtime_class": RUNTIME_CLASS} if ctx.simulated_driver else {}
+
+
 class DevicePluginState(DaemonSetState):
     def values(self, ctx: Context) -> dict[str, Any]:
-        return {"plugin_config": ctx.spec.device_plugin_config or "version: v1"}
+        return {"plugin_config": ctx.spec.device_plugin_config or "version: v1", **_management_values(ctx)}
 
 
 class RuntimeState(DaemonSetState):
@@ -127,7 +137,7 @@ class RuntimeState(DaemonSetState):
 def driver_image(ctx: Context, node: NodeInfo) -> str:
     """The driver image for a node: the template filled from its NFD kernel and OS labels."""
     template = ctx.spec.driver.image_template
-    if not template:  # the simulated driver runs from the operator's own image
+    if not template or ctx.simulated_driver:  # the simulated driver runs from the operator's own image
         return ctx.state_image(DRIVER)
     labels = node.labels
     return template.format(
@@ -175,6 +185,9 @@ class DriverState(DaemonSetState):
             }
             if ctx.spec.driver.devices_config:
                 values["devices_config"] = ctx.spec.driver.devices_config
+            if ctx.simulated_driver:  # the template's simulated branch, with the recipe's personality
+                values["simulated"] = True
+                values["personality"] = SIMULATED_PERSONALITIES[ctx.recipe.name]
             docs = render_state(ctx, self.name, self.component, **values)
             terms = [{**term, KERNEL_LABEL: kernel, driver_revision_label(ctx.sr): revision} for term in gate]
             for d in docs:
@@ -291,6 +304,7 @@ class MonitoringState(DaemonSetState):
             "prometheus_operator": ctx.prometheus_operator,
             # the exporter reads the plugin's health policy from the plugin's ConfigMap
             "plugin_config_map": ctx.object_name(DEVICE_PLUGIN),
+            **_management_values(ctx),
         }
 
 

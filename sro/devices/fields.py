@@ -2,9 +2,24 @@
 
 Why DCGM's names: dashboards and alert rules written for NVIDIA's dcgm-exporter query these exact
 metric names (`DCGM_FI_DEV_GPU_UTIL`, ...), so the telemetry sources (`sro.devices.telemetry`) key
-their readings by them and the exporter prints them unchanged. Types, units and help texts follow
-dcgm-exporter's `etc/default-counters.csv`; counters keep DCGM's names without a `_total` suffix,
-as dcgm-exporter prints them. `FIELDS` is in the order the exporter prints.
+their readings by them and the exporter prints them unchanged. Counters keep DCGM's names without a
+`_total` suffix, as dcgm-exporter prints them. `FIELDS` is in the order the exporter prints.
+
+Which fields, types, units and help texts: dcgm-exporter's `etc/default-counters.csv` at tag
+`4.6.0-4.8.3` (`DEFAULT_COUNTERS_TAG`, the newest tag whose file we could read; 4.9.0's release
+notes announce DCGM 4.7's new names and units, a change for later). Every row it enables is here;
+`DCGM_FI_DRIVER_VERSION`, typed `label` there, is a label on every series (`exposition`). Beyond its
+defaults we keep the four ECC totals (commented out there) because the alert rules watch them.
+Units worth knowing:
+- `DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL` is what DCGM 4.x computes for field 449: the NVLink data
+  rate, received plus transmitted over all links, in MB/s, typed gauge in that csv (older csvs said
+  counter);
+- `DCGM_FI_PROF_PCIE_TX_BYTES`/`_RX_BYTES` are rates in bytes per second (gauges); with no DCGM
+  profiling module, NVML's `nvmlDeviceGetPcieThroughput` (KB/s over 20 ms) gives the same quantity;
+- `DCGM_FI_DEV_VGPU_LICENSE_STATUS` is 1 while a vGPU license is held, 0 on a GPU without one
+  (bare metal, and every simulated GPU).
+The other `DCGM_FI_PROF_*` ratios come from DCGM's profiling module, not from NVML: only the
+simulated model gives them.
 """
 
 from __future__ import annotations
@@ -34,9 +49,22 @@ ECC_DBE_AGG: Final = "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"
 UNCORRECTABLE_REMAPPED_ROWS: Final = "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"
 CORRECTABLE_REMAPPED_ROWS: Final = "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"
 ROW_REMAP_FAILURE: Final = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
+NVLINK_BANDWIDTH_TOTAL: Final = "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"
+VGPU_LICENSE_STATUS: Final = "DCGM_FI_DEV_VGPU_LICENSE_STATUS"
 GR_ENGINE_ACTIVE: Final = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 PIPE_TENSOR_ACTIVE: Final = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
 DRAM_ACTIVE: Final = "DCGM_FI_PROF_DRAM_ACTIVE"
+PCIE_TX_BYTES: Final = "DCGM_FI_PROF_PCIE_TX_BYTES"
+PCIE_RX_BYTES: Final = "DCGM_FI_PROF_PCIE_RX_BYTES"
+
+DEFAULT_COUNTERS_TAG: Final = "4.6.0-4.8.3"  # dcgm-exporter's tag whose default-counters.csv we follow
+
+# Readings in NVML's own units that are not printed (the csv above leaves them out): the simulated
+# NVIDIA driver's NVML state serves them, and NVML's rates above are computed from them.
+PCIE_TX_THROUGHPUT: Final = "DCGM_FI_DEV_PCIE_TX_THROUGHPUT"  # KB/s (nvmlDeviceGetPcieThroughput TX)
+PCIE_RX_THROUGHPUT: Final = "DCGM_FI_DEV_PCIE_RX_THROUGHPUT"  # KB/s (... RX)
+NVLINK_TX_KIB: Final = "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX"  # KiB sent over all links since load
+NVLINK_RX_KIB: Final = "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX"  # KiB received over all links
 
 
 @dataclass(frozen=True)
@@ -66,6 +94,8 @@ FIELDS: Final = (
     Field(ECC_DBE_VOL, "counter", "Total number of double-bit volatile ECC errors."),
     Field(ECC_SBE_AGG, "counter", "Total number of single-bit persistent ECC errors."),
     Field(ECC_DBE_AGG, "counter", "Total number of double-bit persistent ECC errors."),
+    Field(NVLINK_BANDWIDTH_TOTAL, "gauge", "Total number of NVLink bandwidth counters for all lanes."),
+    Field(VGPU_LICENSE_STATUS, "gauge", "vGPU License status"),
     Field(UNCORRECTABLE_REMAPPED_ROWS, "counter", "Number of remapped rows for uncorrectable errors"),
     Field(CORRECTABLE_REMAPPED_ROWS, "counter", "Number of remapped rows for correctable errors"),
     Field(ROW_REMAP_FAILURE, "gauge", "Whether remapping of rows has failed"),
@@ -75,6 +105,18 @@ FIELDS: Final = (
         DRAM_ACTIVE,
         "gauge",
         "Ratio of cycles the device memory interface is active sending or receiving data.",
+    ),
+    Field(
+        PCIE_TX_BYTES,
+        "gauge",
+        "The rate of data transmitted over the PCIe bus - including both protocol headers and data"
+        " payloads - in bytes per second.",
+    ),
+    Field(
+        PCIE_RX_BYTES,
+        "gauge",
+        "The rate of data received over the PCIe bus - including both protocol headers and data"
+        " payloads - in bytes per second.",
     ),
 )
 BY_NAME: Final = {f.name: f for f in FIELDS}

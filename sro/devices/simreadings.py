@@ -33,6 +33,18 @@ The model:
   1500 MHz) and 210 MHz idle; `MEM_CLOCK` is the product's (2619, 1593, 1215 MHz).
 - profiling ratios: `GR_ENGINE_ACTIVE` = util / 100, `PIPE_TENSOR_ACTIVE` = half of it,
   `DRAM_ACTIVE` = MEM_COPY_UTIL / 100. Encoder, decoder and PCIe replays stay 0.
+- PCIe traffic follows memory-copy utilisation (data a job moves in and out of its memory crosses
+  PCIe): received (host to GPU) = MEM_COPY_UTIL / 100 × 25 % of the link's bandwidth per direction,
+  transmitted = half of that; the link is x16 of generation 5 for compute capability 9.x and
+  later, 4 for 8.x, 3 before (985, 1969, 3938 MB/s per lane). Given in whole KB/s (NVML's unit,
+  `PCIE_TX_THROUGHPUT`/`PCIE_RX_THROUGHPUT`) and in bytes/s (`DCGM_FI_PROF_PCIE_TX_BYTES`/`_RX_BYTES`
+  = KB/s × 1024). An idle device moves nothing.
+- NVLink traffic follows utilisation on GPUs with NVLink peers (collectives such as all-reduce send
+  and receive the same volume): each link to a peer that answers carries util / 100 × 40 % of
+  25 GB/s in each direction (NVLink 3 and 4 links). `NVLINK_TX_KIB`/`NVLINK_RX_KIB` count the KiB
+  over all links since the model started (rate × dt); `DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL` is the
+  rate received plus transmitted, in MB/s. A GPU with no peers reads 0.
+- `DCGM_FI_DEV_VGPU_LICENSE_STATUS` is 0: a simulated GPU is no vGPU and holds no license.
 - errors, from the fault state: each injected fault counts once (by its injection time): Xid 48
   (double-bit ECC) adds 1 to the double-bit ECC counters (volatile and aggregate) and to the
   uncorrectable remapped rows, Xid 92 (high single-bit ECC rate) adds 1 to the single-bit ones,
@@ -43,13 +55,14 @@ The model:
   from 0 when the exporter restarts (as volatile ECC counters do on a driver reload).
 - MIG: each MIG device gets FB_USED/FB_FREE/FB_RESERVED and the profiling ratios from its own
   holders and load on its own framebuffer (NVML reports no utilisation for MIG devices); its GPU's
-  utilisation is the framebuffer-weighted mean of its MIG devices', its memory their sum.
+  utilisation is the framebuffer-weighted mean of its MIG devices', its memory their sum; PCIe and
+  NVLink traffic are the GPU's.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from sro.devices import fields as f
@@ -68,6 +81,11 @@ IDLE_TEMP, TEMP_PER_UTIL, MEMORY_TEMP_OFFSET = 30.0, 0.5, 4.0
 IDLE_POWER = 0.15  # share of the board's maximum
 MEM_COPY_SHARE, TENSOR_SHARE = 0.6, 0.5
 IDLE_SM_CLOCK = 210
+PCIE_RX_SHARE, PCIE_TX_RATIO = 0.25, 0.5  # of a direction's bandwidth at 100 % memory copy; tx/rx
+PCIE_LANES = 16
+PCIE_LANE_MBPS = {3: 985, 4: 1969, 5: 3938}  # MB/s per lane and direction, by PCIe generation
+NVLINK_SHARE = 0.4  # of a link's bandwidth per direction at 100 % utilisation
+NVLINK_LINK_BPS = 25e9  # bytes/s per link and direction (NVLink 3 and 4)
 FALLEN_OFF_THE_BUS = 79
 ROW_REMAP_FAILURE_XID = 64
 
@@ -107,6 +125,26 @@ def board(product: str) -> Board:
     return next((b for name, b in BOARDS if name in product), DEFAULT_BOARD)
 
 
+def pcie_generation(compute_capability: str) -> int:
+    """The PCIe generation of a GPU's link: 5 from Hopper (9.x) on, 4 for Ampere/Ada (8.x), else 3."""
+    major = compute_capability.partition(".")[0]
+    cc = int(major) if major.isdigit() else 0
+    return 5 if cc >= 9 else 4 if cc == 8 else 3
+
+
+def pcie_kbps(d: Device, mem_copy_util: float) -> tuple[int, int]:
+    """(transmitted, received) PCIe traffic in KB/s of a GPU at this memory-copy utilisation."""
+    direction = PCIE_LANES * PCIE_LANE_MBPS[pcie_generation(d.compute_capability)] * 1e6 / 1024
+    rx = round(mem_copy_util / 100 * PCIE_RX_SHARE * direction)
+    return round(rx * PCIE_TX_RATIO), rx
+
+
+def nvlink_bps(d: Device, util: float, answering: Collection[DeviceUUID]) -> float:
+    """Bytes/s a GPU sends (and receives) over its NVLinks to the peers that answer."""
+    links = sum(n for peer, n in d.nvlinks.items() if peer in answering)
+    return util / 100 * NVLINK_SHARE * NVLINK_LINK_BPS * links
+
+
 @dataclass(frozen=True)
 class SimState:
     """What the model carries from one collection to the next."""
@@ -115,6 +153,7 @@ class SimState:
     energy_mj: Mapping[DeviceUUID, float] = field(default_factory=dict)
     counters: Mapping[DeviceUUID, Mapping[str, int]] = field(default_factory=dict)
     counted: frozenset[tuple[DeviceUUID, int, float]] = frozenset()  # (uuid, xid, since) seen
+    nvlink_kib: Mapping[DeviceUUID, tuple[float, float]] = field(default_factory=dict)  # (tx, rx)
 
 
 @dataclass(frozen=True)
@@ -238,11 +277,13 @@ def step(
                 gpu_counters = counters.setdefault(gpu, {})
                 gpu_counters[name] = gpu_counters.get(name, 0) + 1
     energy = dict(state.energy_mj)
+    nvlink = dict(state.nvlink_kib)
     readings: dict[DeviceUUID, dict[str, float]] = {}
     silent: dict[DeviceUUID, str] = {}
+    answering = {d.uuid for d in inv.devices if FALLEN_OFF_THE_BUS not in active.get(d.uuid, set())}
     for d in inv.devices:
         xids = active.get(d.uuid, set())
-        if FALLEN_OFF_THE_BUS in xids:
+        if d.uuid not in answering:
             silent[d.uuid] = f"Xid {FALLEN_OFF_THE_BUS}: the simulated GPU has fallen off the bus"
             continue
         util, used, reserved = _device(d, holders, loads, seed, tick, readings)
@@ -252,6 +293,11 @@ def step(
         power += POWER_NOISE * b.power_max_w * noise(seed, d.uuid, tick, "power")
         energy[d.uuid] = energy.get(d.uuid, 0.0) + power * max(dt, 0.0) * 1000
         mem_copy = round(util * MEM_COPY_SHARE)
+        pcie_tx, pcie_rx = pcie_kbps(d, mem_copy)
+        link_bps = nvlink_bps(d, util, answering)
+        tx_kib, rx_kib = nvlink.get(d.uuid, (0.0, 0.0))
+        step_kib = link_bps * max(dt, 0.0) / 1024
+        nvlink[d.uuid] = (tx_kib + step_kib, rx_kib + step_kib)
         values: dict[str, float] = {
             f.SM_CLOCK: b.sm_clock_mhz if util > 0 else IDLE_SM_CLOCK,
             f.MEM_CLOCK: b.mem_clock_mhz,
@@ -267,8 +313,18 @@ def step(
             **_memory_readings(d.memory_mib, used, reserved),
             **{name: counters.get(d.uuid, {}).get(name, 0) for name in COUNTERS},
             f.ROW_REMAP_FAILURE: 1 if ROW_REMAP_FAILURE_XID in xids else 0,
+            f.NVLINK_BANDWIDTH_TOTAL: round(2 * link_bps / 1e6),
+            f.VGPU_LICENSE_STATUS: 0,
             **_ratios(util),
+            f.PCIE_TX_BYTES: pcie_tx * 1024,
+            f.PCIE_RX_BYTES: pcie_rx * 1024,
+            f.PCIE_TX_THROUGHPUT: pcie_tx,
+            f.PCIE_RX_THROUGHPUT: pcie_rx,
+            f.NVLINK_TX_KIB: round(nvlink[d.uuid][0]),
+            f.NVLINK_RX_KIB: round(nvlink[d.uuid][1]),
         }
         readings[d.uuid] = values
-    new_state = SimState(tick=tick, energy_mj=energy, counters=counters, counted=frozenset(counted))
+    new_state = SimState(
+        tick=tick, energy_mj=energy, counters=counters, counted=frozenset(counted), nvlink_kib=nvlink
+    )
     return Step(new_state, readings, silent)

@@ -259,6 +259,10 @@ class FakeNvml:
     NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 0, 1
     NVML_VOLATILE_ECC, NVML_AGGREGATE_ECC = 0, 1
     nvmlMemory_v2 = 33554472
+    NVML_PCIE_UTIL_TX_BYTES, NVML_PCIE_UTIL_RX_BYTES = 0, 1
+    NVML_SUCCESS, NVML_ERROR_NOT_SUPPORTED = 0, 3
+    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 138, 139
+    NVML_FI_DEV_MEMORY_TEMP = 82
 
     def nvmlDeviceGetHandleByUUID(self, uuid: str) -> str:
         if uuid == "GPU-lost":
@@ -299,6 +303,15 @@ class FakeNvml:
     def nvmlDeviceGetRemappedRows(self, h: str) -> tuple[int, int, int, int]:
         return (2, 1, 0, 0)
 
+    def nvmlDeviceGetPcieThroughput(self, h: str, counter: int) -> int:
+        return 100 + counter
+
+    def nvmlDeviceGetGridLicensableFeatures(self, h: str) -> Any:
+        raise self.NVMLError_NotSupported("not supported")
+
+    def nvmlDeviceGetFieldValues(self, h: str, fields: list[Any]) -> list[Any]:
+        return [SimpleNamespace(nvmlReturn=self.NVML_ERROR_NOT_SUPPORTED) for _ in fields]  # no NVLink
+
 
 def test_nvml_readings_and_a_lost_gpu() -> None:
     from sro.devices.model import Device
@@ -321,6 +334,7 @@ def test_nvml_readings_and_a_lost_gpu() -> None:
     assert v[f.CORRECTABLE_REMAPPED_ROWS] == 2 and v[f.UNCORRECTABLE_REMAPPED_ROWS] == 1
     assert v[f.ROW_REMAP_FAILURE] == 0
     assert f.PCIE_REPLAY not in v  # not supported: left out, not 0
+    assert v[f.PCIE_RX_BYTES] == 101 * 1024 and v[f.NVLINK_BANDWIDTH_TOTAL] == v[f.VGPU_LICENSE_STATUS] == 0
 
 
 def test_nvml_api_used_exists_in_nvidia_ml_py() -> None:

@@ -6,7 +6,8 @@
   pods that run the driver's dynamically linked tools, as CUDA images carry glibc.
 - sro: a Debian root filesystem (mmdebstrap, from the machine's own apt sources) with Debian's python3
   and sro's dependencies from a wheelhouse (the base layer, cached by the dependency list), plus a
-  thin layer with this checkout's `sro` package. Only the thin layer is rebuilt when the code changes,
+  thin layer with this checkout's `sro` package and one with the simulated NVIDIA driver's compiled
+  library and nvidia-smi (native/simnvml). Only the thin layers are rebuilt when the code changes,
   and nothing is rebuilt or re-imported when neither changed.
 """
 
@@ -28,7 +29,9 @@ from typing import TYPE_CHECKING
 from sro import __version__
 from sro.api.names import IMAGE
 from sro.console.progress import Progress
+from sro.devices.simulated_nvidia import DEFAULT_NATIVE_DIR
 from sro.local.layout import BUSYBOX_IMAGE, GLIBC_IMAGE, PAUSE_IMAGE, Layout
+from sro.local.native import build_simnvml, sources_digest
 from sro.local.ocilayout import ImageConfig, layer_from_files, write_archive
 
 if TYPE_CHECKING:
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 IMAGE_PYTHON = "python3.11"
+SIMNVML_SHARE = str(DEFAULT_NATIVE_DIR).lstrip("/")  # where the simulated NVIDIA driver finds them
 
 
 class ImageError(RuntimeError):
@@ -266,16 +270,27 @@ def source_key() -> str:
     return _sha(*(p.read_bytes() for p in paths), *(str(p.relative_to(PROJECT_ROOT)).encode() for p in paths))
 
 
+def _simnvml_layer(layout: Layout, out: Path) -> Path:
+    """The simulated NVIDIA driver's compiled libnvidia-ml.so.1 and nvidia-smi, which `sro driver
+    simulate --personality nvidia` copies into its driver root: nothing compiles on a node."""
+    built = build_simnvml(layout.image_cache / "simnvml")
+    files = {f"{SIMNVML_SHARE}/{built.library.name}": built.library}
+    if built.smi is not None:
+        files[f"{SIMNVML_SHARE}/{built.smi.name}"] = built.smi
+    return layer_from_files(out, files)
+
+
 def ensure_sro_image(cluster: LocalCluster, progress: Progress = lambda _: None) -> str:
     """Build (if the project changed) and import `localhost/sro:<version>`; returns its name."""
     layout = cluster.layout
     layout.image_cache.mkdir(parents=True, exist_ok=True)
     base = _base_layer(layout, progress)
-    key = _sha(base.name.encode(), source_key().encode())
+    key = _sha(base.name.encode(), source_key().encode(), sources_digest().encode())
 
     def build(archive: Path) -> Path:
         with tempfile.TemporaryDirectory() as tmp:
             app = _app_layer(Path(tmp) / "app.tar", Path(tmp) / "pyc")
+            native = _simnvml_layer(layout, Path(tmp) / "simnvml.tar")
             config = ImageConfig(
                 entrypoint=["/usr/local/bin/sro"],
                 env=(
@@ -285,7 +300,7 @@ def ensure_sro_image(cluster: LocalCluster, progress: Progress = lambda _: None)
                 ),
                 labels={"org.opencontainers.image.version": __version__, "dev.sro.source-key": key},
             )
-            return write_archive(archive, IMAGE, [base, app], config)
+            return write_archive(archive, IMAGE, [base, app, native], config)
 
     _ensure(layout, IMAGE, key, build, progress)
     return IMAGE

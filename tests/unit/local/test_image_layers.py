@@ -1,15 +1,21 @@
-"""The glibc test image's layer: a dynamically linked program (the driver's nvidia-smi) needs ld.so at
-the path its ELF header names and libc.so.6 where ld.so looks, and the hook's ldconfig needs the
-image's ld.so.conf; without them the pod fails with a bare "not found" from the kernel."""
+"""Image layers built from this machine's files.
+
+The glibc test image: a dynamically linked program (the driver's nvidia-smi) needs ld.so at the path
+its ELF header names and libc.so.6 where ld.so looks, and the hook's ldconfig needs the image's
+ld.so.conf; without them the pod fails with a bare "not found" from the kernel. The sro image: the
+simulated NVIDIA driver's compiled library and nvidia-smi, at the path the driver reads them from."""
 
 from __future__ import annotations
 
+import shutil
 import tarfile
 from pathlib import Path
 
 import pytest
 
-from sro.local.images import glibc_files, glibc_layer
+from sro.devices.simulated_nvidia import DEFAULT_NATIVE_DIR
+from sro.local.images import _simnvml_layer, glibc_files, glibc_layer
+from sro.local.layout import Layout
 
 BUSYBOX = Path("/bin/busybox")
 LISTED = [
@@ -71,3 +77,17 @@ def test_the_layer_of_this_machine_runs_glibc_programs(tmp_path: Path) -> None:
     assert ldconfig.isfile() and ldconfig.size > 100_000
     assert members["bin/sh"].issym() and members["bin/sh"].linkname == "/bin/busybox"
     assert not any("gconv" in name or name.startswith("usr/share") for name in members)
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is needed to build the simulated NVML library")
+def test_the_sro_image_carries_the_simulated_nvml_build(tmp_path: Path) -> None:
+    """Where `sro driver simulate --personality nvidia` looks for them on a node (nothing compiles there)."""
+    layer = _simnvml_layer(Layout(cache=tmp_path), tmp_path / "simnvml.tar")
+    with tarfile.open(layer) as tar:
+        members = {m.name: m for m in tar.getmembers() if m.isfile()}
+    assert set(members) == {"opt/sro/share/simnvml/libnvidia-ml.so.1", "opt/sro/share/simnvml/nvidia-smi"}
+    assert str(DEFAULT_NATIVE_DIR) == "/opt/sro/share/simnvml"
+    assert members["opt/sro/share/simnvml/nvidia-smi"].mode & 0o111
+    with tarfile.open(layer) as tar:
+        lib = tar.extractfile("opt/sro/share/simnvml/libnvidia-ml.so.1")
+        assert lib is not None and lib.read(4) == b"\x7fELF"

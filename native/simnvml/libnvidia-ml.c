@@ -486,6 +486,11 @@ static void locate_state(void)
     if (slash == NULL)
         return;
     *slash = '\0';
+    /* nvidia-smi finds the library through its RUNPATH $ORIGIN/../lib/x86_64-linux-gnu, and the
+       loader then names it ".../usr/bin/../lib/...": make the directory canonical before matching */
+    char real[PATH_MAX];
+    if (realpath(dir, real) != NULL)
+        snprintf(dir, sizeof dir, "%s", real);
     for (size_t i = 0; i < sizeof(libdirs) / sizeof(libdirs[0]); i++) {
         size_t n = strlen(dir), k = strlen(libdirs[i]);
         if (n >= k && strcmp(dir + n - k, libdirs[i]) == 0) {

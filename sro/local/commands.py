@@ -189,11 +189,12 @@ def env() -> None:
 @local.command()
 def image() -> None:
     """Build the sro image (only if the project changed) and import it into the local containerd."""
-    from sro.local.images import ensure_sro_image
+    from sro.local.images import ensure_sro_image, glibc_image
 
     with steps("Building the sro image") as progress:
         cluster = LocalCluster.default()
         if not cluster.layout.containerd_socket.exists():
             raise ClusterError("containerd of the local cluster is not running: run `sro local up` first")
         name = ensure_sro_image(cluster, progress)
+        glibc_image(cluster.layout, progress)  # a base image added after clusters that are still up
     click.echo(name)

@@ -371,11 +371,18 @@ static const struct field *find_field(const char *name) {
     return NULL;
 }
 
+/* the local time in `fmt`; a "%%03d" left in it by strftime (as "%03d") gets the milliseconds */
 static void timestamp(char *buf, const char *fmt) {
-    time_t now = time(NULL);
+    struct timespec now;
     struct tm tm;
-    localtime_r(&now, &tm);
-    strftime(buf, VALUE_LEN, fmt, &tm);
+    char text[VALUE_LEN];
+    clock_gettime(CLOCK_REALTIME, &now);
+    localtime_r(&now.tv_sec, &tm);
+    strftime(text, sizeof text, fmt, &tm);
+    if (strstr(text, "%03d"))
+        snprintf(buf, VALUE_LEN, "%.*s%03ld", (int)(strstr(text, "%03d") - text), text, now.tv_nsec / 1000000);
+    else
+        snprintf(buf, VALUE_LEN, "%s", text);
 }
 
 /* What --query-gpu and --format ask for, checked before NVML is touched (as nvidia-smi does). */
@@ -442,7 +449,7 @@ static int query_gpu(const struct csv_query *q, const struct gpu *gpus, unsigned
         printf("\n");
     }
     char when[VALUE_LEN];
-    timestamp(when, "%Y/%m/%d %H:%M:%S.000");
+    timestamp(when, "%Y/%m/%d %H:%M:%S.%%03d"); /* as NVIDIA prints it: 2024/05/01 12:00:00.123 */
     for (unsigned int k = 0; k < n; k++) {
         for (size_t i = 0; i < q->count; i++) {
             char value[VALUE_LEN] = "";

@@ -309,6 +309,7 @@ def test_table_is_a_box_of_one_width(driver: Driver) -> None:
         r"^\|\s+1\s+NVIDIA A100-SXM4-40GB.*\|\s+00000000:3C:00.0 Off \|", res.stdout, re.MULTILINE
     )
     assert re.search(r"\|\s+1024MiB /\s+40960MiB \|\s+37%\s+Default \|", res.stdout)
+    assert "| N/A   45C    P0            123W /  400W |" in res.stdout  # no fan: NVML's NOT_SUPPORTED
     assert "MIG devices:" in res.stdout and "No running processes found" in res.stdout
 
 

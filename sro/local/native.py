@@ -71,6 +71,7 @@ def smi_command(native_dir: Path, out_dir: Path) -> list[str]:
         "gcc",
         "-O2",
         "-Wall",
+        "-Wextra",
         "-Werror",
         f"-I{native_dir}",
         "-o",

@@ -253,7 +253,7 @@ def install(
     before = _read_doc(driver_root)
     majors = before.get("majors", {}) if isinstance(before.get("majors"), dict) else {}
     uvm = pick_major(proc_devices_text, majors.get("uvm"))
-    caps = pick_major(f"{proc_devices_text}\n{uvm} nvidia-uvm\n", majors.get("caps"))
+    caps = pick_major(f"{uvm} nvidia-uvm\n{proc_devices_text}", majors.get("caps"))  # before "Block devices"
     by_kind = {"nvidia": NVIDIA_MAJOR, "uvm": uvm, "caps": caps}
     previous_version = before.get("driverVersion")
     fresh = previous_version is not None and previous_version != inv.driver_version

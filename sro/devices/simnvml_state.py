@@ -19,6 +19,7 @@ counted again (`merge_state`). `render` and `next_text` are pure; `StateWriter` 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import re
@@ -41,24 +42,13 @@ LOCK_FILE = ".simnvml.lock"  # under the driver root: writers take turns
 DEFAULT_CUDA = 12040
 
 # NVIDIA's driver branches and the CUDA version they report (nvmlSystemGetCudaDriverVersion).
+# fmt: off
 CUDA_BY_BRANCH: tuple[tuple[int, int], ...] = (
-    (470, 11040),
-    (495, 11050),
-    (510, 11060),
-    (515, 11070),
-    (520, 11080),
-    (525, 12000),
-    (530, 12010),
-    (535, 12020),
-    (545, 12030),
-    (550, 12040),
-    (555, 12050),
-    (560, 12060),
-    (565, 12070),
-    (570, 12080),
-    (575, 12090),
-    (580, 13000),
+    (470, 11040), (495, 11050), (510, 11060), (515, 11070), (520, 11080), (525, 12000), (530, 12010),
+    (535, 12020), (545, 12030), (550, 12040), (555, 12050), (560, 12060), (565, 12070), (570, 12080),
+    (575, 12090), (580, 13000),
 )
+# fmt: on
 # compute capability major -> NVML architecture name (8.9 is Ada, the rest of 8.x Ampere)
 ARCH_BY_CC_MAJOR = {
     3: "kepler",
@@ -312,6 +302,7 @@ class Previous:
     energy_mj: Mapping[DeviceUUID, float] = field(default_factory=dict)
     counters: Mapping[DeviceUUID, Mapping[str, int]] = field(default_factory=dict)
     faults: frozenset[tuple[DeviceUUID, int, int]] = frozenset()  # (uuid, xid, seq) it listed
+    nvlink_kib: Mapping[DeviceUUID, tuple[float, float]] = field(default_factory=dict)  # (tx, rx), all links
 
 
 def previous(text: str) -> Previous:
@@ -323,6 +314,7 @@ def previous(text: str) -> Previous:
     energy: dict[DeviceUUID, float] = {}
     counters: dict[DeviceUUID, dict[str, int]] = {}
     faults = set()
+    nvlink: dict[DeviceUUID, tuple[float, float]] = {}
     for r in records:
         v = r.values
         if r.kind == "simnvml":
@@ -341,7 +333,10 @@ def previous(text: str) -> Previous:
             uuid_or_none = gpus.get(v["index"]) if v["mig"] == "-1" else migs.get((v["index"], v["mig"]))
             if uuid_or_none is not None:
                 faults.add((uuid_or_none, int(v["xid"]), int(v["seq"])))
-    return Previous(generation, energy, counters, frozenset(faults))
+        elif r.kind == "nvlink" and v["index"] in gpus:
+            tx, rx = nvlink.get(gpus[v["index"]], (0.0, 0.0))
+            nvlink[gpus[v["index"]]] = (tx + int(v["tx"]), rx + int(v["rx"]))
+    return Previous(generation, energy, counters, frozenset(faults), nvlink)
 
 
 def merge_state(
@@ -361,11 +356,17 @@ def merge_state(
     for _index, _mig, uuid, fault, seq in fault_seqs(inv, faults):
         if (uuid, fault.xid, seq) in prev.faults:
             counted.add((uuid, fault.xid, fault.since))
-    return simreadings.SimState(
+    nvlink = dict(memory.nvlink_kib)
+    for uuid, (tx, rx) in prev.nvlink_kib.items():
+        kept = nvlink.get(uuid, (0.0, 0.0))
+        nvlink[uuid] = (max(kept[0], tx), max(kept[1], rx))
+    return dataclasses.replace(
+        memory,
         tick=max(memory.tick, prev.generation),
         energy_mj=energy,
         counters=counters,
         counted=frozenset(counted),
+        nvlink_kib=nvlink,
     )
 
 

@@ -235,3 +235,19 @@ def test_state_writer_files(tmp_path: Path, inv: Inventory) -> None:
     with pytest.raises(driverstate.DriverStateError):
         writer.write()
     assert path.read_text() == text
+
+
+def test_nvlink_traffic_carries_over_between_writers(inv: Inventory) -> None:
+    assert simnvml_state.OPTIONAL_READINGS["nvlink_tx"], "the readings model gives NVLink traffic"
+    busy = {d.uuid: Load(util=80.0, memory_mib=None) for d in inv.devices}
+
+    def tx(text: str) -> int:
+        return sum(int(x["tx"]) for x in records(text, "nvlink") if x["index"] == "0")
+
+    t1, memory = simnvml_state.next_text(inv, {}, busy, simreadings.SimState(), None, 0.0)
+    t2, memory = simnvml_state.next_text(inv, {}, busy, memory, t1, 2.0)
+    assert tx(t2) > 0
+    t3, _ = simnvml_state.next_text(inv, {}, busy, simreadings.SimState(), t2, 0.0)  # a one-shot writer
+    assert tx(t3) == tx(t2)
+    t4, _ = simnvml_state.next_text(inv, {}, busy, memory, t3, 1.0)  # the holding writer goes on
+    assert tx(t4) > tx(t3)

@@ -37,6 +37,10 @@ def status_schema() -> dict[str, Any]:
             "reason": STRING_SCHEMA,
             "message": STRING_SCHEMA,
             "log": {"type": "string", "description": "Tail of the failing pod's log (at most 1 KiB)."},
+            "note": {
+                "type": "string",
+                "description": "What passed states said, e.g. the checks a validation skipped and why.",
+            },
             "since": STRING_SCHEMA,
             "upgrade": {
                 "type": "object",

@@ -83,6 +83,7 @@ class PodInfo:
     deleting: bool = False
     log: str = ""  # tail of the log, filled only for failing pods
     revision: str = ""  # driver pods: the driver revision they run
+    verdict: str = ""  # a container that exited 0: its termination message (a validation's verdict)
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,15 @@ def _not_ready_reason(status: Mapping[str, Any]) -> tuple[str, str, int, datetim
     return reason, message, restarts, finished
 
 
+def _verdict(status: Mapping[str, Any]) -> str:
+    """The termination message of the first container that finished with exit code 0."""
+    for cs in status.get("containerStatuses", ()):
+        done = (cs.get("state") or {}).get("terminated") or {}
+        if done and done.get("exitCode", 0) == 0 and done.get("message"):
+            return str(done["message"])
+    return ""
+
+
 def pod_from_json(doc: Mapping[str, Any], log: str = "") -> PodInfo:
     md, spec, status = doc.get("metadata", {}), doc.get("spec", {}), doc.get("status", {})
     labels = md.get("labels") or {}
@@ -200,6 +210,7 @@ def pod_from_json(doc: Mapping[str, Any], log: str = "") -> PodInfo:
         deleting=bool(md.get("deletionTimestamp")),
         log=log,
         revision=labels.get(DRIVER_REVISION_LABEL, ""),
+        verdict=_verdict(status),
     )
 
 

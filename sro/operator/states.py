@@ -212,6 +212,19 @@ class DriverState(DaemonSetState):
         return super().readiness(ctx, node, [p for p in pods if p.revision == revision], now)
 
 
+def skipped_note(ctx: Context, verdict: str) -> str:
+    """What a passed validation skipped (its termination message's `SKIP <check>: <why>` lines),
+    for the node's status row: on hardware, or on the simulated driver standing in for it, a check
+    not made is worth knowing (no CUDA on a simulated driver; no CUDA sample in the image). The
+    simulated recipe's skips are its nature, and its rows stay as they were."""
+    if ctx.recipe.simulated:
+        return ""
+    skipped = [
+        line.removeprefix("SKIP ").strip() for line in verdict.splitlines() if line.startswith("SKIP ")
+    ]
+    return "; ".join(skipped)[:300]
+
+
 class ValidationState(State):
     """A run-to-completion pod per node; `check` is the `sro validate` subcommand it runs."""
 
@@ -270,7 +283,7 @@ class ValidationState(State):
         ):
             return Readiness(False, "Validating", "validation pod (re)created")
         if pod.phase == "Succeeded":
-            return Readiness(True)
+            return Readiness(True, message=skipped_note(ctx, pod.verdict))
         if pod.phase == "Failed":
             # `sro validate` writes its verdict as the termination message (stderr and stdout may
             # interleave in the log); the log tail goes along for the detail

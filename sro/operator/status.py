@@ -18,6 +18,7 @@ from sro.api.timestamps import stamp
 from sro.operator.observed import SpecialResourceInfo
 
 LOG_LIMIT = 1024
+NOTE_LIMIT = 600  # characters of a row's note: two validations' skipped checks
 # The row state of a selected node that an older SpecialResource holds for the same resource
 REFUSED = "refused"
 
@@ -32,6 +33,7 @@ class NodeRow:
     message: str = ""
     log: str = ""
     failed: bool = False  # a failure rather than progress
+    note: str = ""  # what a ready state said, e.g. the checks a passed validation skipped
     since: str = ""
     reached: Mapping[str, str] = field(default_factory=dict)
     upgrade: Mapping[str, Any] | None = None  # a driver upgrade under way on the node
@@ -45,6 +47,8 @@ class NodeRow:
             return refused
         if self.validated:
             short = {"name": self.name, "state": "validated", "since": self.since}
+            if self.note:
+                short["note"] = self.note[:NOTE_LIMIT]
             return {**short, "upgrade": dict(self.upgrade)} if self.upgrade else short
         out: dict[str, Any] = {
             "name": self.name,
@@ -52,6 +56,7 @@ class NodeRow:
             "failing": self.failing,
             "reason": self.reason,
             "message": self.message[:300],
+            "note": self.note[:NOTE_LIMIT],
             "since": self.since,
         }
         if self.log:

@@ -34,6 +34,7 @@ def walk(
     if not node.ready:
         return held(ctx, chain, node, now), None, [], []
     ready: list[str] = []
+    notes: list[str] = []  # what the ready states say beyond "ready" (a validation's skipped checks)
     failing = None
     creates: list[dict[str, Any]] = []
     deletes: list[str] = []
@@ -49,6 +50,8 @@ def walk(
             failing = (state.name, verdict)
             break
         ready.append(state.name)
+        if verdict.message:
+            notes.append(f"{state.name}: {verdict.message}")
 
     validated = failing is None
     want: dict[str, str | None] = {state_label(sr, s): READY for s in ready}
@@ -82,6 +85,7 @@ def walk(
         message=failing[1].message if failing else "",
         log=failing[1].log if failing else "",
         failed=failing[1].failed if failing else False,
+        note="; ".join(notes),
         since=since or stamp(now),
         reached=reached,
     )

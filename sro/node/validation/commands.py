@@ -27,7 +27,13 @@ _dev_root_option = click.option(
 _termination_log_option = click.option(
     "--termination-log",
     type=click.Path(path_type=Path, dir_okay=False),
-    help="Also write the verdict here (a pod's /dev/termination-log).",
+    help="Also write the verdict here (a pod's /dev/termination-log), with the skipped checks.",
+)
+_simulated_driver_option = click.option(
+    "--simulated-driver",
+    is_flag=True,
+    help="sro's simulated driver stands in for the recipe's (spec.driver.mode: simulated): no CUDA. "
+    "Also found by itself, from the simulated NVML's state file.",
 )
 
 
@@ -39,7 +45,7 @@ def _finish(report: Report, termination_log: Path | None) -> None:
         click.echo(line, err=True)
     if termination_log is not None:
         try:
-            termination_log.write_text(report.verdict[:4000] + "\n")
+            termination_log.write_text(report.termination_message()[:4000] + "\n")
         except OSError as e:
             click.echo(f"cannot write the termination log {termination_log}: {e}", err=True)
     sys.exit(report.exit_code)
@@ -58,20 +64,26 @@ def validate() -> None:
     help="Where the driver's files are seen from here (default: the recipe's driver root).",
 )
 @_dev_root_option
+@_simulated_driver_option
 @_termination_log_option
 def driver_command(
     recipe_name: str,
     recipe_file: Path | None,
     driver_root: Path | None,
     dev_root: Path,
+    simulated_driver: bool,
     termination_log: Path | None,
 ) -> None:
     """The backend's inventory and the recipe's tool list the same devices; their nodes exist."""
-    from sro.node.validation import driver
+    from sro.node.validation import driver, tools
 
     recipe = load_recipe(recipe_name, recipe_file)
     root = driver_root if driver_root is not None else Path(recipe.driver_root)
-    report = driver.validate(recipe, root, HostRoot.at("/").with_tree(dev=dev_root))
+    simulated = not recipe.simulated and (simulated_driver or tools.simulated_nvidia(root))
+    if simulated:  # the simulated NVML this process loads lists the GPUs whose nodes are in --dev-root
+        os.environ[tools.SIMNVML_DEV_ROOT_ENV] = str(dev_root)
+    host = HostRoot.at("/").with_tree(dev=dev_root)
+    report = driver.validate(recipe, root, host, simulated_driver=simulated)
     _finish(report, termination_log)
 
 
@@ -83,17 +95,22 @@ def driver_command(
     help="nvidia-gpu: a CUDA program to run (default: vectorAdd when on PATH; `none` to skip).",
 )
 @_dev_root_option
+@_simulated_driver_option
 @_termination_log_option
 def workload_command(
     recipe_name: str,
     recipe_file: Path | None,
     cuda_sample: str | None,
     dev_root: Path,
+    simulated_driver: bool,
     termination_log: Path | None,
 ) -> None:
     """Inside a container granted one device: exactly that device, its libraries and tool work."""
-    from sro.node.validation import workload
+    from sro.node.validation import tools, workload
 
     recipe = load_recipe(recipe_name, recipe_file)
-    report = workload.validate(recipe, os.environ, HostRoot.at("/").with_tree(dev=dev_root), cuda_sample)
+    # the hook mounts the simulated NVML's state directory into the container (a utility directory)
+    simulated = not recipe.simulated and (simulated_driver or tools.simulated_nvidia(Path("/")))
+    host = HostRoot.at("/").with_tree(dev=dev_root)
+    report = workload.validate(recipe, os.environ, host, cuda_sample, simulated_driver=simulated)
     _finish(report, termination_log)

@@ -6,6 +6,11 @@ device's node must be a character device with the device's minor (one major for 
 check of the operator's `driver-validation` state; it runs in a pod that mounts the host's driver
 root and /dev read-only, or straight on a node.
 
+On sro's simulated NVIDIA driver (`spec.driver.mode: simulated`, or its NVML state file found under
+the driver root) the same checks run through the real clients: NVML (nvidia-ml-py over the driver
+root's libnvidia-ml.so.1) and the driver root's nvidia-smi, run in place (the sro image is glibc, and
+the driver root holds no libc to chroot into), both told where the node's /dev is seen.
+
 `observe` gathers the facts (backend, tool run, stat() of the nodes); `evaluate` is pure.
 """
 
@@ -16,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from sro.api.builtin_recipes import SIMNVML_STATE_DIR
 from sro.api.recipes import Recipe
 from sro.devices import open_backend
 from sro.devices.driverstate import DriverStateError
@@ -38,24 +44,33 @@ class DriverFacts:
     tool: tools.ToolRun | None = None  # None: the tool was not found (`tool_searched` says where)
     tool_searched: str = ""
     nodes: tuple[devnodes.NodeStat, ...] = ()  # the inventory's device nodes, then its control nodes
+    simulated_driver: bool = False  # sro's simulated driver stands in for the recipe's real one
 
 
 def _default_opener(recipe: Recipe, driver_root: Path) -> Backend:
     return open_backend(recipe, driver_root)
 
 
-def tool_argv(recipe: Recipe, driver_root: Path, tool: Path) -> list[str]:
+def tool_argv(recipe: Recipe, driver_root: Path, tool: Path, simulated_driver: bool = False) -> list[str]:
     """How to run the driver's tool: in place for the simulated driver (a shell script that finds its
-    root next to itself); chrooted into a mounted driver root for real drivers, so the host's binary
-    runs against the host's own libraries rather than the image's (NVIDIA's validator does the same)."""
-    if recipe.simulated or driver_root.resolve() == Path("/"):
+    root next to itself; the NVIDIA personality's nvidia-smi finds its libnvidia-ml.so.1 by its
+    rpath, next to itself, and libc in this image); chrooted into a mounted driver root for real
+    drivers, so the host's binary runs against the host's own libraries rather than the image's
+    (NVIDIA's validator does the same)."""
+    if recipe.simulated or simulated_driver or driver_root.resolve() == Path("/"):
         return [str(tool), "-L"]
     return ["chroot", str(driver_root), "/" + str(tool.relative_to(driver_root)), "-L"]
 
 
 def observe(
-    recipe: Recipe, driver_root: Path, host: HostRoot, opener: BackendOpener = _default_opener
+    recipe: Recipe,
+    driver_root: Path,
+    host: HostRoot,
+    opener: BackendOpener = _default_opener,
+    simulated_driver: bool = False,
 ) -> DriverFacts:
+    """The facts; with `simulated_driver` the tool is told (SRO_SIMNVML_DEV_ROOT) that the node's
+    /dev is `host.dev` (the in-process NVML reads the same variable: `sro validate driver` sets it)."""
     inventory, error = None, ""
     try:
         backend = opener(recipe, driver_root)
@@ -72,20 +87,29 @@ def observe(
     path = tools.find_in_root(driver_root, name) if name else None
     if path is not None:
         env = {k: v for k, v in os.environ.items() if k != recipe.visible_devices_env}  # list them all
-        run = tools.run(tool_argv(recipe, driver_root, path), env)
+        if simulated_driver:
+            env[tools.SIMNVML_DEV_ROOT_ENV] = str(host.dev)
+        run = tools.run(tool_argv(recipe, driver_root, path, simulated_driver), env)
     else:
         searched = tools.searched(driver_root, name) if name else "the recipe names no binaries"
     nodes: tuple[devnodes.NodeStat, ...] = ()
     if inventory is not None:
         wanted = [d.device_node for d in inventory.devices] + list(inventory.control_nodes)
         nodes = tuple(devnodes.stat_node(host, n) for n in wanted)
-    return DriverFacts(recipe, str(driver_root), str(host.dev), inventory, error, run, searched, nodes)
+    return DriverFacts(
+        recipe, str(driver_root), str(host.dev), inventory, error, run, searched, nodes, simulated_driver
+    )
 
 
 # -- pure ----------------------------------------------------------------------------------------
 
 
 def _driver_hint(facts: DriverFacts) -> str:
+    if facts.simulated_driver:
+        return (
+            "check the simulated driver's pod on the node (`sro driver simulate --personality nvidia`: its "
+            f"log, and {facts.driver_root}/{SIMNVML_STATE_DIR}/state) and that --dev-root is the node's /dev"
+        )
     if facts.recipe.simulated:
         return (
             "check that the simulated driver is installed on the node (the driver state, or `sro driver "
@@ -112,7 +136,7 @@ def check_inventory(facts: DriverFacts) -> Result:
             f"the {backend} backend reports no devices",
             f"the {backend} backend reports no devices; {_driver_hint(facts)}",
         )
-    sim = " (SIMULATED, not real hardware)" if inv.simulated else ""
+    sim = " (SIMULATED, not real hardware)" if inv.simulated or facts.simulated_driver else ""
     version = f", driver {inv.driver_version}" if inv.driver_version else ""
     return Result.passed(
         name,
@@ -200,7 +224,7 @@ def check_nodes(facts: DriverFacts) -> Result:
     if problems:
         hint = (
             "re-run `sro driver simulate` on the node"
-            if facts.recipe.simulated
+            if facts.recipe.simulated or facts.simulated_driver
             else "check that the driver created its nodes (nvidia-modprobe, or the driver container)"
         )
         return Result.failed(
@@ -221,8 +245,13 @@ def evaluate(facts: DriverFacts) -> tuple[Result, ...]:
 
 
 def validate(
-    recipe: Recipe, driver_root: Path, host: HostRoot, opener: BackendOpener = _default_opener
+    recipe: Recipe,
+    driver_root: Path,
+    host: HostRoot,
+    opener: BackendOpener = _default_opener,
+    simulated_driver: bool = False,
 ) -> Report:
-    facts = observe(recipe, driver_root, host, opener)
-    header = f"recipe {recipe.name}, driver root {driver_root}, dev root {host.dev}"
+    facts = observe(recipe, driver_root, host, opener, simulated_driver)
+    sim = ", SIMULATED driver" if simulated_driver else ""
+    header = f"recipe {recipe.name}{sim}, driver root {driver_root}, dev root {host.dev}"
     return Report("driver", header, evaluate(facts))

@@ -65,6 +65,12 @@ class Report:
             return f"{self.what} validation passed ({len(counted)} checks): {self.header}"
         return f"{self.what} validation FAILED ({len(self.failures)} of {len(counted)} checks): {self.failures[0].reason}"
 
+    def termination_message(self) -> str:
+        """The verdict, then a `SKIP <check>: <why>` line per skipped check: what the operator reads
+        from a finished validation pod (the first line of a failed one; the skips of a passed one)."""
+        skipped = [f"{_MARK['skip']} {r.check}: {r.summary}" for r in self.results if r.status == "skip"]
+        return "\n".join([self.verdict, *skipped])
+
     def stdout_lines(self) -> list[str]:
         lines = [f"sro validate {self.what}: {self.header}"]
         for r in self.results:

@@ -15,11 +15,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from sro.api.builtin_recipes import SIMNVML_STATE_DIR
 from sro.api.recipes import Recipe
 
 BIN_DIRS = ("bin", "usr/bin", "sbin", "usr/sbin")
 TIMEOUT_S = 60.0
 _GPU_LINE = re.compile(r"^GPU (\d+): (.*?) \(UUID: ([^)\s]+)\)")
+# The simulated NVIDIA driver's NVML (native/simnvml) lists the GPUs whose /dev/nvidia<minor> it
+# sees, under this dev root when set: a check reading the node's /dev elsewhere (--dev-root) sets it.
+SIMNVML_DEV_ROOT_ENV = "SRO_SIMNVML_DEV_ROOT"
+NO_CUDA = "no CUDA on a simulated driver"
+
+
+def simulated_nvidia(root: Path) -> bool:
+    """The driver under `root` (a driver root, or `/` in a container the hook gave its files) is sro's
+    simulated NVIDIA driver: its NVML state file is there, which no real driver has."""
+    return (root / SIMNVML_STATE_DIR / "state").is_file()
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,12 @@ injects device nodes, libraries and binaries). Checked, as a workload would meet
     CAP_MKNOD, skipped without it);
   - each library group the container asked for is in the linker cache and loads by soname
     (`dlopen("libsimgpu.so.1")` finds it only if the hook's ldconfig ran);
+  - for an NVML recipe, `libnvidia-ml.so.1` loads by soname and lists exactly the granted GPU
+    (`nvmlview`);
   - on real NVIDIA hardware, a CUDA program (vectorAdd when on PATH, or `--cuda-sample CMD`) runs.
+On sro's simulated NVIDIA driver (`--simulated-driver`, or its NVML state the hook mounted at
+/run/sro-simnvml) there is no CUDA: the CUDA program and the compute libraries (libcuda) are
+skipped, saying so; NVML, nvidia-smi and the device nodes are checked as on hardware.
 
 `observe` gathers facts from the container (env, /dev, ld.so.cache, runs); `evaluate` is pure.
 """
@@ -29,7 +34,7 @@ from dataclasses import dataclass
 from sro.api.recipes import Recipe
 from sro.host import devnodes, ldcache
 from sro.host.root import HostRoot
-from sro.node.validation import tools
+from sro.node.validation import nvmlview, tools
 from sro.node.validation.report import Report, Result
 
 Loader = Callable[[str], None]  # loads a library by soname; raises OSError with the loader's message
@@ -71,6 +76,9 @@ class WorkloadFacts:
     tool_note: str = ""  # why the tool did not run
     cuda: tools.ToolRun | None = None
     cuda_note: str = ""  # why no CUDA program ran
+    simulated_driver: bool = False  # sro's simulated driver: no CUDA behind the devices
+    nvml: nvmlview.NvmlView | None = None
+    nvml_note: str = "skipped: not asked"  # why NVML was not asked
 
 
 # -- pure helpers --------------------------------------------------------------------------------
@@ -255,6 +263,10 @@ def check_libraries(facts: WorkloadFacts) -> Result:
     loaded = 0
     for cap in groups:
         libs = [lib for lib in facts.libraries if lib.capability == cap]
+        if facts.simulated_driver and not any(lib.found for lib in libs):
+            # a simulated driver has NVML but no CUDA: a group it lacks is not the hook's fault
+            details.append(f"{cap}: none in the linker cache ({tools.NO_CUDA})")
+            continue
         if not any(lib.found for lib in libs):
             where = f" ({facts.ldcache_error})" if facts.ldcache_error else ""
             pats = ", ".join(lib.pattern for lib in libs)
@@ -274,7 +286,21 @@ def check_libraries(facts: WorkloadFacts) -> Result:
                     details.append(f"{soname} -> {path}: loads")
     if problems:
         return Result.failed(name, f"{len(problems)} problem(s)", problems[0], details)
+    if not loaded:
+        return Result.skipped(name, f"no library of {', '.join(groups)} on this driver ({tools.NO_CUDA})")
     return Result.passed(name, f"{loaded} libraries load by soname ({', '.join(groups)})", details)
+
+
+def check_nvml(facts: WorkloadFacts) -> Result:
+    usable = [r.node for r in facts.nodes if r.errno in USABLE]
+    return nvmlview.check(
+        facts.nvml,
+        facts.nvml_note,
+        the_one_device(facts),
+        usable[0].minor if len(usable) == 1 else None,
+        _listed(facts),
+        HOOK_HINT,
+    )
 
 
 def check_cuda(facts: WorkloadFacts) -> Result:
@@ -301,6 +327,7 @@ def evaluate(facts: WorkloadFacts) -> tuple[Result, ...]:
         check_nodes(facts),
         check_cgroup(facts),
         check_libraries(facts),
+        check_nvml(facts),
         check_cuda(facts),
     )
 
@@ -325,9 +352,13 @@ def _tool(recipe: Recipe, caps: tuple[str, ...], env: Mapping[str, str]) -> tupl
     return tools.run([path, "-L"], env), ""
 
 
-def _cuda(recipe: Recipe, sample: str | None, env: Mapping[str, str]) -> tuple[tools.ToolRun | None, str]:
+def _cuda(
+    recipe: Recipe, sample: str | None, env: Mapping[str, str], simulated_driver: bool = False
+) -> tuple[tools.ToolRun | None, str]:
     if recipe.backend != "nvml":
         return None, f"skipped: {recipe.name} devices are SIMULATED: there is no CUDA to run on them"
+    if simulated_driver:
+        return None, f"skipped: {tools.NO_CUDA} (the driver is sro's simulated one: nothing runs CUDA)"
     if sample is not None and sample.strip().lower() in ("", "none"):
         return None, "skipped: disabled (--cuda-sample none)"
     argv = shlex.split(sample) if sample is not None else [DEFAULT_CUDA_SAMPLE]
@@ -347,6 +378,7 @@ def observe(
     host: HostRoot,
     cuda_sample: str | None = None,
     loader: Loader = load_by_soname,
+    simulated_driver: bool = False,
 ) -> WorkloadFacts:
     caps = capabilities(recipe, env)
     tool, tool_note = _tool(recipe, caps, env)
@@ -376,7 +408,8 @@ def observe(
                     error = str(e)
                 found.append((soname, path, error))
             libraries.append(Library(cap, pattern, tuple(found)))
-    cuda, cuda_note = _cuda(recipe, cuda_sample, env)
+    cuda, cuda_note = _cuda(recipe, cuda_sample, env, simulated_driver)
+    nvml, nvml_note = nvmlview.observe(recipe, caps)
     return WorkloadFacts(
         recipe,
         env.get(recipe.visible_devices_env),
@@ -390,6 +423,9 @@ def observe(
         tool_note,
         cuda,
         cuda_note,
+        simulated_driver,
+        nvml,
+        nvml_note,
     )
 
 
@@ -399,7 +435,9 @@ def validate(
     host: HostRoot,
     cuda_sample: str | None = None,
     loader: Loader = load_by_soname,
+    simulated_driver: bool = False,
 ) -> Report:
-    facts = observe(recipe, env, host, cuda_sample, loader)
-    header = f"recipe {recipe.name}, {recipe.visible_devices_env}={facts.visible or ''}"
+    facts = observe(recipe, env, host, cuda_sample, loader, simulated_driver)
+    sim = ", SIMULATED driver" if simulated_driver else ""
+    header = f"recipe {recipe.name}{sim}, {recipe.visible_devices_env}={facts.visible or ''}"
     return Report("workload", header, evaluate(facts))

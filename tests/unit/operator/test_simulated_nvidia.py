@@ -11,6 +11,7 @@ asking for the mode is refused, saying what to set instead.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +19,15 @@ import yaml
 
 from sro.api.builtin_recipes import SIMULATED_NVIDIA_DRIVER_ROOT
 from sro.api.crd import crd
+from sro.api.names import driver_revision_label
 from sro.api.recipes import NVIDIA_GPU
 from sro.operator.admission import Admitted, admit
-from sro.operator.observed import Observed, SpecialResourceInfo
+from sro.operator.observed import Observed, PodInfo, SpecialResourceInfo, pod_from_json
 from sro.operator.plan import Plan
 from sro.operator.reconcile import reconcile
 from sro.operator.rendering import Context
-from sro.operator.states import KERNEL_LABEL, STATES, ValidationState
+from sro.operator.states import INPUTS_ANNOTATION, KERNEL_LABEL, STATES, ValidationState, skipped_note
+from sro.operator.upgrade.revision import driver_revision
 from sro.operator.upgrade.scan import scan_pod
 from tests.schema_fit import fits
 from tests.unit.operator.test_conflicts import CUSTOM_GPU, PCI_NVIDIA
@@ -235,3 +238,88 @@ def test_a_simulated_driver_holds_only_its_opted_in_nodes() -> None:
     refused = plan_for(later, others=(older,))
     assert not refused.deployable
     assert "'simulated-nvidia' already manages nvidia.com/gpu" in cond(refused, "Degraded")["message"]
+
+
+VERDICT = (
+    "workload validation passed (5 checks): recipe nvidia-gpu, SIMULATED driver, NVIDIA_VISIBLE_DEVICES=GPU-1\n"
+    "SKIP device cgroup: cannot create a probe node c 195:200 (no CAP_MKNOD)\n"
+    "SKIP cuda sample: no CUDA on a simulated driver (the driver is sro's simulated one: nothing runs CUDA)"
+)
+
+
+def walked_pods(ctx: Context, verdict: str = VERDICT) -> tuple[PodInfo, ...]:
+    """Every state's pod on `sim`, ready; the validations Succeeded, the workload one with `verdict`."""
+    rev = driver_revision(ctx)
+    pods: list[PodInfo] = [
+        PodInfo(
+            name=f"{s}-sim", node="sim", state=s, uid=f"{s}-uid", phase="Running", ready=True, revision=rev
+        )
+        for s in ("driver", "runtime", "device-plugin", "monitoring")
+    ]
+    for state in STATES:
+        if isinstance(state, ValidationState):
+            pods.append(
+                PodInfo(
+                    name=state.pod_name(ctx, "sim"),
+                    node="sim",
+                    state=state.name,
+                    uid=f"{state.name}-uid",
+                    phase="Succeeded",
+                    annotations={INPUTS_ANNOTATION: state.inputs(ctx, "sim", pods)},
+                    verdict=verdict
+                    if state.name == "device-plugin-validation"
+                    else "driver validation passed",
+                )
+            )
+    return tuple(pods)
+
+
+def test_the_skipped_cuda_check_shows_in_the_node_row() -> None:
+    ctx = context()
+    sim = node("sim", opt_in=False, **{OPT_IN: "true", driver_revision_label(NAME): driver_revision(ctx)})
+    ready = replace(sim, labels={**sim.labels, "nvidia.com/gpu.count": "4"})
+    obs = Observed(sr=example(), nodes=(ready,), pods=walked_pods(ctx), image=IMAGE)
+    plan = reconcile(obs, NS, NOW)
+    (row,) = plan.status["nodes"]
+    assert row["state"] == "validated", row
+    assert row["note"] == (
+        "device-plugin-validation: device cgroup: cannot create a probe node c 195:200 (no CAP_MKNOD); "
+        "cuda sample: no CUDA on a simulated driver (the driver is sro's simulated one: nothing runs CUDA)"
+    )
+    schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    assert fits(schema, plan.status, "status", empty_is_null=True) == []
+    # nothing skipped: no note
+    quiet = reconcile(
+        replace(obs, pods=walked_pods(ctx, verdict="workload validation passed (6 checks)")), NS, NOW
+    )
+    assert "note" not in quiet.status["nodes"][0]
+
+
+def test_the_verdict_of_a_finished_pod_is_read() -> None:
+    doc = {
+        "metadata": {"name": "p", "labels": {"sro.dev/state": "device-plugin-validation"}},
+        "spec": {"nodeName": "sim"},
+        "status": {
+            "phase": "Succeeded",
+            "containerStatuses": [{"state": {"terminated": {"exitCode": 0, "message": VERDICT}}}],
+        },
+    }
+    assert pod_from_json(doc).verdict == VERDICT
+    failed = {
+        **doc,
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [{"state": {"terminated": {"exitCode": 1, "message": "x"}}}],
+        },
+    }
+    assert pod_from_json(failed).verdict == "" and pod_from_json(failed).message == "x"
+
+
+def test_the_simulated_recipe_keeps_its_rows_as_they_were() -> None:
+    """simulated-gpu skips CUDA by nature: its validated rows say nothing more than before."""
+    sr = SpecialResourceInfo(name="gpus", uid="uid-gpus", spec={"recipe": "simulated-gpu"})
+    admitted = admit(Observed(sr=sr, nodes=(), image=IMAGE), NS)
+    assert isinstance(admitted, Admitted)
+    ctx = Context(sr.name, sr.uid, admitted.spec, admitted.recipe, NS, IMAGE)
+    assert skipped_note(ctx, VERDICT) == ""
+    assert skipped_note(context(), VERDICT).startswith("device cgroup: cannot create")

@@ -53,14 +53,9 @@ def test_products_bring_their_memory_and_explicit_values_win() -> None:
         ("Tesla T4 (simulated)", 15360, "7.5"),
         ("NVIDIA L4 (simulated)", 1000, "8.9"),
     ]
-    own = simulated_nvidia.parse({"defaults": {"product": "Acme X (simulated)", "memoryMiB": 512}})
-    assert (
-        own.devices == ()
-        and simulated_nvidia.parse({"count": 1, "defaults": {"product": "Acme X (simulated)"}})
-        .devices[0]
-        .product
-        == "Acme X (simulated)"
-    )
+    # a product of its own: not suffixed twice, simconfig's default memory
+    (own,) = simulated_nvidia.parse({"count": 1, "defaults": {"product": "Acme X (simulated)"}}).devices
+    assert (own.product, own.memory_mib) == ("Acme X (simulated)", simconfig.DEFAULTS["memoryMiB"])
 
 
 def test_config_problems_name_the_field() -> None:

@@ -7,8 +7,9 @@ SRO := .venv/bin/sro
 setup:
 	./scripts/setup-host
 
+# `make demo DEMO_FLAGS=--nvidia`: the same story on the nvidia-gpu recipe over the simulated NVIDIA driver.
 demo: setup
-	$(SRO) demo
+	$(SRO) demo $(DEMO_FLAGS)
 
 # Everything CI checks: lint, types, architecture contracts, unit tests, then e2e on the local cluster.
 test: setup lint types unit e2e

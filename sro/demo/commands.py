@@ -1,7 +1,8 @@
 """`sro demo`: the click command over the stages (`stages.run`), and the tables it ends with.
 
 Each stage prints its time; a failure names the stage and shows what to look at. The GPUs are
-simulated (no hardware here) and say so in every label, resource and file.
+simulated (no hardware here) and say so in every label, resource and file. `--nvidia` tells the same
+story on the nvidia-gpu recipe over sro's simulated NVIDIA driver (`flavours.NVIDIA`).
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 from sro.api.names import NAMESPACE, NFD_PREFIX
-from sro.api.recipes import SIMULATED_GPU
-from sro.demo.stages import RESOURCE, WORKLOAD, Outcome, cleanup, run, run_sro
+from sro.demo.flavours import NVIDIA, SIMULATED, Flavour
+from sro.demo.stages import WORKLOAD, Outcome, cleanup, run, run_sro
 from sro.local.cluster import LocalCluster
 from sro.local.commands import steps
 
@@ -34,8 +35,22 @@ def summarize(labels: Mapping[str, str]) -> list[tuple[str, str]]:
     return rows
 
 
-def show(cluster: LocalCluster, outcome: Outcome) -> None:
+def next_steps(flavour: Flavour) -> str:
+    """What to try once the demo is up: the fault names the flavour's driver root, where not the default."""
+    fault, again = "sro simulate fault --device 0 --xid 79", "sro demo --cleanup"
+    if flavour.driver_root != SIMULATED.driver_root:
+        fault += f" --driver-root {flavour.driver_root}"
+        again = "sro demo --nvidia --cleanup"
+    return (
+        f'Next: eval "$(sro local env)"; kubectl get sr; kubectl -n {NAMESPACE} get pods; sro status\n'
+        f"      {fault:<38}   # watch allocatable drop, then --clear\n"
+        f"      {again:<38}   # remove what the demo deployed"
+    )
+
+
+def show(cluster: LocalCluster, outcome: Outcome, flavour: Flavour = SIMULATED) -> None:
     console = Console()
+    resource, prefix = flavour.recipe.resource, flavour.recipe.label_prefix
     node, output = outcome.node, outcome.output
     labels = node["metadata"].get("labels", {})
     features = {k: v for k, v in labels.items() if k.startswith(NFD_PREFIX)}
@@ -46,16 +61,16 @@ def show(cluster: LocalCluster, outcome: Outcome) -> None:
         table.add_row(key, value)
     console.print(table)
 
-    gpu = Table(title="Simulated GPUs: labels, capacity and allocatable (no real hardware)")
+    gpu = Table(title=flavour.gpus_title)
     gpu.add_column("key")
     gpu.add_column("value")
-    for key in sorted(k for k in labels if k.startswith(SIMULATED_GPU.label_prefix)):
+    for key in sorted(k for k in labels if k.startswith(prefix)):
         gpu.add_row(key, labels[key])
     status = node["status"]
-    gpu.add_row(f"capacity {RESOURCE}", status.get("capacity", {}).get(RESOURCE, "0"))
-    gpu.add_row(f"allocatable {RESOURCE}", status.get("allocatable", {}).get(RESOURCE, "0"))
+    gpu.add_row(f"capacity {resource}", status.get("capacity", {}).get(resource, "0"))
+    gpu.add_row(f"allocatable {resource}", status.get("allocatable", {}).get(resource, "0"))
     console.print(gpu)
-    console.print(f"[bold]Workload pod {WORKLOAD}[/bold] (asked for {RESOURCE}: 2) printed:")
+    console.print(f"[bold]Workload pod {WORKLOAD}[/bold] (asked for {resource}: 2) printed:")
     console.print(output.rstrip() or "(nothing)", markup=False, highlight=False)
     parts = Table(title="Partitioning (spec.partitioning of the SpecialResource)")
     for col in ("tried", "what happened", "evidence"):
@@ -71,26 +86,29 @@ def show(cluster: LocalCluster, outcome: Outcome) -> None:
 @click.option(
     "--keep/--cleanup", default=True, show_default=True, help="Leave the demo's objects running afterwards."
 )
-def demo(keep: bool) -> None:
+@click.option(
+    "--nvidia",
+    is_flag=True,
+    help="The nvidia-gpu recipe (NVML, nvidia-smi) on sro's simulated NVIDIA driver instead of simulated-gpu.",
+)
+def demo(keep: bool, nvidia: bool) -> None:
     """Bring up the local cluster, install sro, let the operator walk a SpecialResource, run a GPU workload.
 
     Ends with tables: the node's features, the simulated GPUs, what the workload saw and `sro status`.
     Needs root on a Debian 12 machine with the packages of scripts/setup-host (`make demo` installs
     them). The first run builds Kubernetes from Debian's source package (about 5 minutes, cached).
     The GPUs are simulated: 8 of them, with NVLink islands and NUMA nodes, as real device nodes.
+    With --nvidia: 4 simulated A100s (one in MIG mode) behind NVIDIA's device nodes, a libnvidia-ml.so.1
+    and an nvidia-smi, driven by the real nvidia-gpu stack (examples/simulated-nvidia.yaml).
     """
+    flavour = NVIDIA if nvidia else SIMULATED
     cluster = LocalCluster.default()
-    with steps("sro demo") as progress:
-        outcome = run(cluster, progress)
+    with steps("sro demo" + (" --nvidia" if nvidia else "")) as progress:
+        outcome = run(cluster, progress, flavour)
         progress("Done")
-    show(cluster, outcome)
+    show(cluster, outcome, flavour)
     if not keep:
-        cleanup(cluster)
+        cleanup(cluster, flavour)
         print("Removed the demo's objects, labels, runtime files and the simulated driver.", file=sys.stderr)
     else:
-        print(
-            f'Next: eval "$(sro local env)"; kubectl get sr; kubectl -n {NAMESPACE} get pods; sro status\n'
-            "      sro simulate fault --device 0 --xid 79   # watch allocatable drop, then --clear\n"
-            "      sro demo --cleanup                       # remove what the demo deployed",
-            file=sys.stderr,
-        )
+        print(next_steps(flavour), file=sys.stderr)

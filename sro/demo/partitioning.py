@@ -33,8 +33,8 @@ PARTITIONING = {
 }
 
 
-def pod(name: str, namespace: str, gpus: int = 0, priority: str = "") -> dict[str, Any]:
-    """A busybox pod that sleeps, asking for `gpus` devices (none: a CPU-only pod)."""
+def pod(name: str, namespace: str, gpus: int = 0, priority: str = "", resource: str = RES) -> dict[str, Any]:
+    """A busybox pod that sleeps, asking for `gpus` devices of `resource` (none: a CPU-only pod)."""
     c: dict[str, Any] = {
         "name": "c",
         "image": BUSYBOX_IMAGE,
@@ -42,7 +42,7 @@ def pod(name: str, namespace: str, gpus: int = 0, priority: str = "") -> dict[st
         "command": ["sleep", "3600"],
     }
     if gpus:
-        c["resources"] = {"limits": {RES: str(gpus)}}
+        c["resources"] = {"limits": {resource: str(gpus)}}
     spec: dict[str, Any] = {"terminationGracePeriodSeconds": 1, "containers": [c]}
     if priority:
         spec["priorityClassName"] = priority
@@ -62,16 +62,21 @@ def _phase(cluster: LocalCluster, name: str, ns: str) -> str:
     return str(_get(cluster, "pod", name, "-n", ns)["status"].get("phase", ""))
 
 
-def run(cluster: LocalCluster, sr: str, progress: Progress) -> list[tuple[str, str, str]]:
-    """Partition, show the four scenarios, take the partitioning off again."""
+def run(
+    cluster: LocalCluster, sr: str, progress: Progress, resource: str = RES
+) -> list[tuple[str, str, str]]:
+    """Partition the SpecialResource `sr` (whose devices are `resource`), show the four scenarios,
+    take the partitioning off again."""
     rows: list[tuple[str, str, str]] = []
     for ns in (NS, QUOTA_NS):
         cluster.kubectl("create", "namespace", ns, check=False)
     patch = json.dumps({"spec": {"partitioning": PARTITIONING}})
     cluster.kubectl("patch", "sr", sr, "--type", "merge", "-p", patch)
-    progress(f"  taint {RES}:NoSchedule, PriorityClasses {HIGH}/{LOW}, quota {RES}: 1 in {QUOTA_NS}")
+    progress(
+        f"  taint {resource}:NoSchedule, PriorityClasses {HIGH}/{LOW}, quota {resource}: 1 in {QUOTA_NS}"
+    )
     until("the node's partitioning taint", lambda: any(
-        t["key"] == RES for t in _get(cluster, "node", cluster.node_name)["spec"].get("taints", [])))  # fmt: skip
+        t["key"] == resource for t in _get(cluster, "node", cluster.node_name)["spec"].get("taints", [])))  # fmt: skip
     until(
         "the quota",
         lambda: cluster.kubectl("-n", QUOTA_NS, "get", "resourcequota", check=False).stdout.strip(),
@@ -82,7 +87,7 @@ def run(cluster: LocalCluster, sr: str, progress: Progress) -> list[tuple[str, s
             return cluster.kubectl("create", "-f", "-", input=json.dumps(obj), check=False)
 
         apply(pod("cpu-only", NS))
-        apply(pod("gpu-user", NS, gpus=1))
+        apply(pod("gpu-user", NS, gpus=1, resource=resource))
 
         def refused() -> str:
             conds = _get(cluster, "pod", "cpu-only", "-n", NS)["status"].get("conditions", [])
@@ -95,13 +100,13 @@ def run(cluster: LocalCluster, sr: str, progress: Progress) -> list[tuple[str, s
         tol = [
             t
             for t in _get(cluster, "pod", "gpu-user", "-n", NS)["spec"]["tolerations"]
-            if t.get("key") == RES
+            if t.get("key") == resource
         ]
         rows.append(
             ("GPU pod (no toleration written)", "Running on the GPU node", f"admission added {tol[0]}")
         )
-        apply(pod("first", QUOTA_NS, gpus=1))
-        second = apply(pod("second", QUOTA_NS, gpus=1))
+        apply(pod("first", QUOTA_NS, gpus=1, resource=resource))
+        second = apply(pod("second", QUOTA_NS, gpus=1, resource=resource))
         rows.append(
             (
                 f"2nd GPU pod in {QUOTA_NS}",
@@ -112,10 +117,10 @@ def run(cluster: LocalCluster, sr: str, progress: Progress) -> list[tuple[str, s
         for name in ("cpu-only", "gpu-user"):
             cluster.kubectl("delete", "pod", name, "-n", NS, "--grace-period=1", check=False)
         cluster.kubectl("delete", "pod", "first", "-n", QUOTA_NS, "--grace-period=1", check=False)
-        free = int(_get(cluster, "node", cluster.node_name)["status"]["allocatable"][RES])
-        apply(pod("batch", NS, gpus=free, priority=LOW))
+        free = int(_get(cluster, "node", cluster.node_name)["status"]["allocatable"][resource])
+        apply(pod("batch", NS, gpus=free, priority=LOW, resource=resource))
         until("the low-priority pod to hold every device", lambda: _phase(cluster, "batch", NS) == "Running")
-        apply(pod("training", NS, gpus=1, priority=HIGH))
+        apply(pod("training", NS, gpus=1, priority=HIGH, resource=resource))
         until("the high-priority pod to run", lambda: _phase(cluster, "training", NS) == "Running", 120)
         events = _get(cluster, "events", "-n", NS, "--field-selector", "involvedObject.name=batch")["items"]
         message = next((e["message"] for e in events if e.get("reason") == "Preempted"), "(no event yet)")

@@ -9,6 +9,10 @@ GPUs and gets an NVLink pair through the kubelet and the `sro` runtime handler �
 CPU pod kept off, a GPU pod let on, a quota refusing, a preemption) → `sro status`.
 Each stage prints its time; a failure names the stage and shows what to look at. The GPUs are
 simulated (no hardware here) and say so in every label, resource and file.
+
+`sro demo --nvidia` tells the same story with the NVIDIA flavour (`flavours.NVIDIA`): the node opts in
+to sro's simulated NVIDIA driver, the SpecialResource is examples/simulated-nvidia.yaml (recipe
+nvidia-gpu on the `nvml` backend), and the workload runs nvidia-smi in a glibc image.
 """
 
 from __future__ import annotations
@@ -19,38 +23,18 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import yaml
-
 from sro.api.names import NAMESPACE, STATE_NAMES, state_label, validated_label
-from sro.api.recipes import SIMULATED_GPU
 from sro.console.progress import Progress
 from sro.demo import partitioning
+from sro.demo.flavours import SIMULATED, Flavour
 from sro.demo.polling import until
 from sro.local.cluster import ClusterError, LocalCluster
-from sro.local.layout import BUSYBOX_IMAGE, RUNTIME_HANDLER
+from sro.local.layout import GLIBC_IMAGE, RUNTIME_HANDLER
 
 WORKLOAD = "sro-demo-workload"
-RESOURCE = SIMULATED_GPU.resource
-WORKLOAD_SCRIPT = (
-    f'echo "{SIMULATED_GPU.visible_devices_env}=${SIMULATED_GPU.visible_devices_env}"; '
-    "ls /dev | grep sro-simgpu | tr '\\n' ' '; echo; simgpu-smi"
-)
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "simulated-gpu.yaml"
-
-
-def example_special_resource() -> dict[str, Any]:
-    """examples/simulated-gpu.yaml (a checkout), or the same document built in (an installed wheel)."""
-    if EXAMPLE.exists():
-        return dict(yaml.safe_load(EXAMPLE.read_text()))
-    return {
-        "apiVersion": "sro.dev/v1alpha1",
-        "kind": "SpecialResource",
-        "metadata": {"name": SIMULATED_GPU.name},
-        "spec": {"recipe": SIMULATED_GPU.name, "startupTaint": True},
-    }
+RESOURCE = SIMULATED.recipe.resource
 
 
 def _node(cluster: LocalCluster) -> dict[str, Any]:
@@ -89,7 +73,7 @@ def walk_states(cluster: LocalCluster, name: str, progress: Progress, timeout: f
         time.sleep(0.5)
 
 
-def workload_pod() -> dict[str, Any]:
+def workload_pod(flavour: Flavour = SIMULATED) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -105,10 +89,10 @@ def workload_pod() -> dict[str, Any]:
             "containers": [
                 {
                     "name": "workload",
-                    "image": BUSYBOX_IMAGE,
+                    "image": flavour.image,
                     "imagePullPolicy": "Never",
-                    "command": ["sh", "-c", WORKLOAD_SCRIPT],
-                    "resources": {"limits": {RESOURCE: "2"}},
+                    "command": ["sh", "-c", flavour.script],
+                    "resources": {"limits": {flavour.recipe.resource: "2"}},
                 }
             ],
         },
@@ -122,28 +106,41 @@ class Outcome:
     partitioning: list[tuple[str, str, str]]  # scenario, result, evidence
 
 
-def run(cluster: LocalCluster, progress: Progress) -> Outcome:
+def _opt_in(cluster: LocalCluster, flavour: Flavour, on: bool) -> None:
+    """Set (or take away) the node label by which the flavour's node opts in, where it has one."""
+    if flavour.opt_in:
+        label = f"{flavour.opt_in}=true" if on else f"{flavour.opt_in}-"
+        cluster.kubectl("label", "node", cluster.node_name, label, "--overwrite", check=on)
+
+
+def run(cluster: LocalCluster, progress: Progress, flavour: Flavour = SIMULATED) -> Outcome:
     """The stages; returns what the tables show."""
+    resource = flavour.recipe.resource
     progress("Stage 1/6: the local Kubernetes cluster")
     cluster.ensure_up(progress)
     progress("Stage 2/6: the sro image")
-    from sro.local.images import ensure_sro_image
+    from sro.local.images import ensure_sro_image, glibc_image
 
     image = ensure_sro_image(cluster, progress)
+    if flavour.image == GLIBC_IMAGE:
+        glibc_image(cluster.layout, progress)  # a base image added after clusters that are still up
     progress("Stage 3/6: sro install (CRD, RBAC, feature discovery, the operator: 2 replicas, one leads)")
     out = run_sro(cluster, "install", "--image", image)
     if out.returncode != 0:
         raise ClusterError(f"sro install failed:\n{out.stdout}{out.stderr}")
-    sr = example_special_resource()
+    sr = flavour.special_resource()
     name = sr["metadata"]["name"]
+    if flavour.opt_in:
+        progress(f"  node {cluster.node_name} opts in: {flavour.opt_in}=true")
+        _opt_in(cluster, flavour, True)
     progress(
-        f"Stage 4/6: SpecialResource {name} (examples/simulated-gpu.yaml); the operator walks its states"
+        f"Stage 4/6: SpecialResource {name} (examples/{flavour.example.name}); the operator walks its states"
     )
     cluster.kubectl("apply", "-f", "-", input=json.dumps(sr))
     walk_states(cluster, name, progress)
-    progress(f"Stage 5/6: a workload asking for {RESOURCE}: 2 (runtimeClassName: {RUNTIME_HANDLER})")
+    progress(f"Stage 5/6: a workload asking for {resource}: 2 (runtimeClassName: {RUNTIME_HANDLER})")
     cluster.kubectl("delete", "pod", WORKLOAD, "--ignore-not-found", "--wait=true", check=False)
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(workload_pod()))
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(workload_pod(flavour)))
 
     def finished() -> bool:
         phase = cluster.kubectl("get", "pod", WORKLOAD, "-o", "jsonpath={.status.phase}", check=False).stdout
@@ -159,16 +156,17 @@ def run(cluster: LocalCluster, progress: Progress) -> Outcome:
     node = _node(cluster)
     cluster.kubectl("delete", "pod", WORKLOAD, "--ignore-not-found", "--grace-period=1", check=False)
     progress("Stage 6/6: partitioning — a taint, priorities and a quota on the GPU node")
-    rows = partitioning.run(cluster, name, progress)
+    rows = partitioning.run(cluster, name, progress, resource)
     return Outcome(node, output, rows)
 
 
-def cleanup(cluster: LocalCluster) -> None:
+def cleanup(cluster: LocalCluster, flavour: Flavour = SIMULATED) -> None:
     """Remove the workload, the SpecialResource (the operator's finalizer takes its states away:
-    driver, runtime files, plugin, labels) and then sro itself."""
+    driver, runtime files, plugin, labels), the node's opt-in the demo set, and then sro itself."""
     cluster.kubectl("delete", "pod", WORKLOAD, "--ignore-not-found", "--grace-period=1", check=False)
-    name = example_special_resource()["metadata"]["name"]
+    name = flavour.special_resource()["metadata"]["name"]
     cluster.kubectl("delete", "sr", name, "--ignore-not-found", "--timeout=120s", check=False)
+    _opt_in(cluster, flavour, False)
     run_sro(cluster, "uninstall")
     run_sro(
         cluster,

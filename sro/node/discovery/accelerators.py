@@ -1,27 +1,45 @@
 """Accelerator features from the device backends, labelled the way GPU feature discovery does.
 
 `gfd_labels` is the pure core: an inventory (records from `sro.devices.model`) plus its recipe ->
-GFD-compatible labels (`nvidia.com/gpu.product`, `gpu.memory` in MiB, `gpu.count`,
-`gpu.compute.major/minor`, `gpu.family`, `cuda.driver-version.*`, `gpu.machine`, `mig.capable`, ...).
-For a simulated recipe the same facts go under the recipe's own prefix
-(`sro.dev/simulated-gpu.product`, ...) together with `sro.dev/simulated-gpu.simulated=true`, so no
-selector written for real NVIDIA hardware ever matches a simulated device.
+GPU feature discovery's labels (NVIDIA's k8s-device-plugin `internal/lm`): `nvidia.com/gpu.product`,
+`gpu.memory` in MiB, `gpu.count`, `gpu.replicas`, `gpu.sharing-strategy`, `gpu.compute.major/minor`,
+`gpu.family`, `gpu.machine`, `mig.capable`, `mps.capable`, the driver's version
+(`cuda.driver-version.full/major/minor/revision` and the deprecated `cuda.driver.major/minor/rev`),
+the CUDA version the driver supports (`cuda.runtime-version.full/major/minor`, deprecated
+`cuda.runtime.major/minor`), and with a MIG strategy other than `none` (GFD's `MIG_STRATEGY`
+environment variable, as its flag reads it) `mig.strategy` and its MIG labels: under `single`
+`gpu.product` becomes `<model>-MIG-<profile>` and `gpu.count`/`gpu.memory`/`gpu.slices.gi/ci` count
+the MIG devices (`<model>-MIG-INVALID` and zeros when the node's MIG layout does not fit the
+strategy), under `mixed` each profile gets `mig-<profile>.product/count/replicas/memory/slices.*`.
+Multiprocessor and engine counts need NVML's MIG attributes, which the inventory does not carry.
+
+For a simulated recipe the same facts go under the recipe's own prefix (`sro.dev/simulated-gpu.product`,
+...) together with `sro.dev/simulated-gpu.simulated=true`, so no selector written for real NVIDIA
+hardware ever matches a simulated device. GPUs that NVML names as simulated (the simulated driver's
+NVIDIA personality: "NVIDIA A100-SXM4-40GB (simulated)") keep NVIDIA's keys, because that driver is
+there to test what is written for NVIDIA, and the node also gets `sro.dev/simulated=true`.
 
 The source reads the simulated driver's device list from the host (through the HostReader, so fake
-trees and `capture-host` see it) and asks NVML (`sro.devices.nvml`) only where the host has a real
-NVIDIA control node (a character device, so a fake tree never reaches the real driver).
+trees and `capture-host` see it) and asks NVML (`sro.devices.nvml`) where there is one: under the
+containerized driver root `/run/nvidia/driver` (the GPU Operator's, and the simulated NVIDIA
+driver's; NVML is loaded from its library directory), else where the host has a real NVIDIA control
+node (a character device, so a fake tree never reaches the real driver).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 
+from sro.api.builtin_recipes import SIMULATED_NVIDIA_DRIVER_ROOT
+from sro.api.names import SIMULATED_LABEL
 from sro.api.recipes import NVIDIA_GPU, SIMULATED_DEVICE_LIST, SIMULATED_DRIVER_ROOT, SIMULATED_GPU, Recipe
 from sro.devices.driverstate import DriverStateError, inventory_from_doc
-from sro.devices.model import Device, DeviceUUID, Inventory
-from sro.devices.nvml import NvmlBackend
+from sro.devices.model import Device, DeviceUUID, Inventory, MigDevice
+from sro.devices.nvml import LIBRARY_DIRS, NVML_LIBRARY, NvmlBackend
 from sro.host.reading import HostReader
 from sro.node.discovery.config import Config
 from sro.node.discovery.features import Attrs, Features
@@ -30,7 +48,11 @@ NAME = "accelerators"
 RECIPES = {"nvml": NVIDIA_GPU, "simulated": SIMULATED_GPU}
 # Products with MIG support (NVML's IsMigCapable where the inventory does not say).
 MIG_PRODUCTS = re.compile(r"\b(A100|A30|H100|H200|H20|H800|GH200|B200|GB200|B100)\b")
+MIG_STRATEGIES = ("none", "single", "mixed")
+MIG_STRATEGY_ENV = ("GFD_MIG_STRATEGY", "MIG_STRATEGY")  # GFD's flag reads these, first wins
+SIMULATED_PRODUCT = re.compile(r"\(simulated\)\s*$", re.IGNORECASE)
 _NOT_VALUE_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
+_SLICES = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.")  # "1g.5gb", "1c.3g.20gb"
 
 
 def sanitise(value: str) -> str:
@@ -48,6 +70,11 @@ def family(major: int, minor: int) -> str:
     return names.get(major, "undefined")
 
 
+def cuda_version(value: int) -> str:
+    """NVML's CUDA driver version (12040) as GFD writes it (12.4)."""
+    return f"{value // 1000}.{value % 1000 // 10}"
+
+
 def _gfd_key(recipe: Recipe, suffix: str) -> str:
     if not recipe.simulated:
         return recipe.label_prefix + suffix
@@ -55,8 +82,69 @@ def _gfd_key(recipe: Recipe, suffix: str) -> str:
     return recipe.label_prefix + suffix.removeprefix("gpu.").removeprefix("cuda.")
 
 
+def version_labels(driver_version: str, cuda: str = "", *, deprecated: bool = True) -> dict[str, str]:
+    """GFD's driver and CUDA version labels (keys without the prefix); none for an odd version.
+    `deprecated` adds the older names GFD still writes (`cuda.driver.major`, `cuda.runtime.major`)."""
+    out: dict[str, str] = {}
+    parts = driver_version.split(".")
+    if driver_version and 2 <= len(parts) <= 3 and all(p.isdigit() for p in parts):
+        major, minor, rev = (*parts, "")[:3]
+        out |= {"cuda.driver-version.full": driver_version, "cuda.driver-version.major": major}
+        out |= {"cuda.driver-version.minor": minor, "cuda.driver-version.revision": rev}
+        if deprecated:
+            out |= {"cuda.driver.major": major, "cuda.driver.minor": minor, "cuda.driver.rev": rev}
+    cuda_major, _, cuda_minor = cuda.partition(".")
+    if cuda_major.isdigit() and cuda_minor.isdigit():
+        out |= {"cuda.runtime-version.full": cuda, "cuda.runtime-version.major": cuda_major}
+        out["cuda.runtime-version.minor"] = cuda_minor
+        if deprecated:
+            out |= {"cuda.runtime.major": cuda_major, "cuda.runtime.minor": cuda_minor}
+    return out
+
+
+def _slices(profile: str) -> dict[str, str]:
+    m = _SLICES.match(profile)
+    return {"slices.gi": m.group(2), "slices.ci": m.group(1) or m.group(2)} if m else {}
+
+
+def mig_labels(devices: Sequence[Device], strategy: str) -> dict[str, str]:
+    """GFD's labels for a MIG strategy (keys without the prefix); they override the full-GPU ones."""
+    if strategy not in ("single", "mixed"):
+        return {}
+    out = {"mig.strategy": strategy}
+    model = sanitise(min(devices, key=lambda d: d.index).product)
+    migs = [m for d in devices for m in d.mig_devices]
+    profiles: dict[str, list[MigDevice]] = {}
+    for m in migs:
+        profiles.setdefault(m.profile, []).append(m)
+    if strategy == "single":
+        enabled = [d for d in devices if d.mig_enabled]
+        if not enabled:
+            return out  # no GPU in MIG mode: the full GPUs' labels stand
+        if len(enabled) < len(devices) or any(not d.mig_devices for d in enabled) or len(profiles) != 1:
+            invalid = {"product": f"{model}-MIG-INVALID", "count": "0", "replicas": "0", "memory": "0"}
+            return out | {f"gpu.{k}": v for k, v in invalid.items()}
+    for profile, group in sorted(profiles.items()):
+        resource = "gpu" if strategy == "single" else f"mig-{profile}"
+        attrs = {
+            "product": f"{model}-MIG-{profile}",
+            "count": str(len(group)),
+            "replicas": "1",
+            "memory": str(group[0].memory_mib),
+            **_slices(profile),
+        }
+        out |= {f"{resource}.{k}": v for k, v in attrs.items()}
+    return out
+
+
 def gfd_labels(
-    devices: Sequence[Device], recipe: Recipe, *, driver_version: str = "", machine: str = ""
+    devices: Sequence[Device],
+    recipe: Recipe,
+    *,
+    driver_version: str = "",
+    cuda: str = "",
+    machine: str = "",
+    mig_strategy: str = "none",
 ) -> dict[str, str]:
     """GFD's labels for one backend's devices (the first device by index describes the node)."""
     if not devices:
@@ -69,6 +157,8 @@ def gfd_labels(
         "gpu.replicas": "1",
         "gpu.sharing-strategy": "none",
     }
+    if not recipe.simulated:  # GFD's, kept off the simulated recipe's own label set
+        out["mps.capable"] = "false"  # the device plugin shares by time-slicing only
     major, _, minor = first.compute_capability.partition(".")
     if major.isdigit() and minor.isdigit():
         out["gpu.compute.major"] = str(int(major))
@@ -76,17 +166,19 @@ def gfd_labels(
         out["gpu.family"] = family(int(major), int(minor))
     capable = any(d.mig_enabled or d.mig_devices or MIG_PRODUCTS.search(d.product) for d in devices)
     out["mig.capable"] = str(bool(capable)).lower()
-    parts = driver_version.split(".")
-    if driver_version and all(p.isdigit() for p in parts):
-        out["cuda.driver-version.full"] = driver_version
-        for name, value in zip(("major", "minor", "revision"), parts, strict=False):
-            out[f"cuda.driver-version.{name}"] = value
+    out |= version_labels(driver_version, cuda, deprecated=not recipe.simulated)
     if machine and sanitise(machine):
         out["gpu.machine"] = sanitise(machine)
+    out |= mig_labels(devices, mig_strategy)
     labels = {_gfd_key(recipe, k): v for k, v in out.items() if v}
     if recipe.simulated:
         labels[recipe.label_prefix + "simulated"] = "true"
+    elif any(SIMULATED_PRODUCT.search(d.product) for d in devices):
+        labels[SIMULATED_LABEL] = "true"
     return labels
+
+
+# --- features: the inventory as NFD-style instances, and back -----------------------------------
 
 
 def _device_attrs(inv: Inventory) -> tuple[Attrs, ...]:
@@ -106,19 +198,71 @@ def _device_attrs(inv: Inventory) -> tuple[Attrs, ...]:
     )
 
 
-def _device(attrs: Attrs) -> Device:
-    return Device(
-        uuid=DeviceUUID(attrs["uuid"]),
-        index=int(attrs["index"]),
-        minor=-1,
-        device_node="",
-        pci_bus_id=attrs["pci_bus_id"],
-        product=attrs["product"],
-        memory_mib=int(attrs["memory_mib"]),
-        compute_capability=attrs["compute_capability"],
-        mig_enabled=attrs["mig_enabled"] == "true",
-        simulated=attrs["backend"] == "simulated",
+def _mig_attrs(inv: Inventory) -> tuple[Attrs, ...]:
+    return tuple(
+        {
+            "backend": inv.backend,
+            "uuid": m.uuid,
+            "parent": d.uuid,
+            "index": str(m.index),
+            "profile": m.profile,
+            "memory_mib": str(m.memory_mib),
+            "gi": str(m.gi_id),
+            "ci": str(m.ci_id),
+        }
+        for d in inv.devices
+        for m in d.mig_devices
     )
+
+
+def _devices(features: Features, backend: str) -> list[Device]:
+    migs: dict[str, list[MigDevice]] = {}
+    for a in features.instances.get("mig_device", ()):
+        if a["backend"] == backend:
+            migs.setdefault(a["parent"], []).append(
+                MigDevice(
+                    uuid=DeviceUUID(a["uuid"]),
+                    parent_uuid=DeviceUUID(a["parent"]),
+                    index=int(a["index"]),
+                    profile=a["profile"],
+                    memory_mib=int(a["memory_mib"]),
+                    gi_id=int(a["gi"]),
+                    ci_id=int(a["ci"]),
+                )
+            )
+    return [
+        Device(
+            uuid=DeviceUUID(a["uuid"]),
+            index=int(a["index"]),
+            minor=-1,
+            device_node="",
+            pci_bus_id=a["pci_bus_id"],
+            product=a["product"],
+            memory_mib=int(a["memory_mib"]),
+            compute_capability=a["compute_capability"],
+            mig_enabled=a["mig_enabled"] == "true",
+            mig_devices=tuple(migs.get(a["uuid"], ())),
+            simulated=backend == "simulated",
+        )
+        for a in features.instances.get("device", ())
+        if a["backend"] == backend
+    ]
+
+
+def mig_strategy(env: Iterable[tuple[str, str]]) -> str:
+    """The MIG strategy GFD's environment variables name; `none` when unset or unknown."""
+    values = dict(env)
+    chosen = next((values[k] for k in MIG_STRATEGY_ENV if values.get(k)), "none").strip().lower()
+    return chosen if chosen in MIG_STRATEGIES else "none"
+
+
+# --- the source -----------------------------------------------------------------------------------
+
+
+def nvml_driver_root(reader: HostReader) -> Path | None:
+    """The containerized driver root under the host's /run, when it holds NVML's library."""
+    root = reader.host.run / SIMULATED_NVIDIA_DRIVER_ROOT.removeprefix("/run/")
+    return root if any(reader.exists(root / d / NVML_LIBRARY) for d in LIBRARY_DIRS) else None
 
 
 class AcceleratorSource:
@@ -134,35 +278,66 @@ class AcceleratorSource:
                 inventories.append(inventory_from_doc(json.loads(data), str(path)))
             except (json.JSONDecodeError, DriverStateError) as e:
                 reader.problem(path, f"unusable simulated device list ({e})")
-        if reader.is_char_device(reader.host.dev / "nvidiactl"):
-            inventories.extend(self._nvml(reader))
+        cuda: dict[str, str] = {}
+        driver_root = nvml_driver_root(reader)
+        if driver_root is not None or reader.is_char_device(reader.host.dev / "nvidiactl"):
+            found = self._nvml(reader, driver_root)
+            if found is not None:
+                inventories.append(found[0])
+                cuda = {"nvml": found[1]} if found[1] else {}
         drivers = {inv.backend: inv.driver_version for inv in inventories}
         machine = reader.read_value(reader.host.sys / "class/dmi/id/product_name") or ""
+        strategy = mig_strategy(os.environ.items())
         return Features(
-            attributes={"driver": drivers, "machine": {"product_name": machine} if machine else {}},
-            instances={"device": tuple(a for inv in inventories for a in _device_attrs(inv))},
+            attributes={
+                "driver": drivers,
+                "cuda": cuda,
+                "machine": {"product_name": machine} if machine else {},
+                "mig": {"strategy": strategy},
+            },
+            instances={
+                "device": tuple(a for inv in inventories for a in _device_attrs(inv)),
+                "mig_device": tuple(a for inv in inventories for a in _mig_attrs(inv)),
+            },
         )
 
     @staticmethod
-    def _nvml(reader: HostReader) -> list[Inventory]:
-        """NVML's inventory (the device backends' `nvml` backend) on a node with an NVIDIA driver."""
+    def _nvml(reader: HostReader, driver_root: Path | None) -> tuple[Inventory, str] | None:
+        """NVML's inventory and CUDA version (the `nvml` device backend), loaded from `driver_root`
+        when there is one."""
+        where = driver_root or reader.host.dev / "nvidiactl"
         try:
-            backend = NvmlBackend(reader.host.sys)
+            backend = NvmlBackend(reader.host.sys, driver_root=driver_root)
             try:
-                return [backend.inventory()]
+                inv = backend.inventory()
+                try:
+                    version = cuda_version(int(backend.nvml.nvmlSystemGetCudaDriverVersion()))
+                except backend.nvml.NVMLError:
+                    version = ""
+                return inv, version
             finally:
                 backend.close()
         except Exception as e:  # no libnvidia-ml, driver mismatch, NVML errors: report, keep discovering
-            reader.problem(reader.host.dev / "nvidiactl", f"NVML inventory failed: {type(e).__name__}: {e}")
-            return []
+            reader.problem(where, f"NVML inventory failed: {type(e).__name__}: {e}")
+            return None
 
     def labels(self, features: Features, config: Config) -> dict[str, str]:
         out: dict[str, str] = {}
         machine = features.attributes.get("machine", {}).get("product_name", "")
         drivers = features.attributes.get("driver", {})
+        cuda = features.attributes.get("cuda", {})
+        strategy = features.attributes.get("mig", {}).get("strategy", "none")
         for backend, recipe in RECIPES.items():
-            devices = [_device(a) for a in features.instances.get("device", ()) if a["backend"] == backend]
-            out.update(gfd_labels(devices, recipe, driver_version=drivers.get(backend, ""), machine=machine))
+            out.update(
+                gfd_labels(
+                    _devices(features, backend),
+                    recipe,
+                    driver_version=drivers.get(backend, ""),
+                    cuda=cuda.get(backend, ""),
+                    machine=machine,
+                    mig_strategy=strategy,
+                )
+            )
         return out
 
 

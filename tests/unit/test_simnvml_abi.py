@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from sro.local.native import NATIVE_DIR, SimNvmlBuild
-from tests.simnvml import simnvml_build  # noqa: F401  (the session fixture)
+from tests.simnvml import make_nodes, run_python, simnvml_build  # noqa: F401  (the session fixture)
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "simnvml" / "two-a100.state"
 BASE = FIXTURE.read_text()
@@ -36,8 +36,6 @@ SUCCESS, UNINITIALIZED, INVALID_ARGUMENT, NOT_SUPPORTED = 0, 1, 2, 3
 NOT_FOUND, INSUFFICIENT_SIZE, DRIVER_NOT_LOADED, TIMEOUT = 6, 7, 9, 10
 GPU_IS_LOST, ARGUMENT_VERSION_MISMATCH, UNKNOWN = 15, 25, 999
 CODES = {*range(0, 30), UNKNOWN}
-
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="device nodes need root (mknod)")
 
 # Loaded by every child: the library, a call helper, and `out` (printed as JSON at the end).
 HARNESS = """
@@ -73,28 +71,9 @@ out = {}
 
 
 def run(lib: Path, body: str, env: dict[str, str], timeout: float = 30) -> Any:
-    """Run HARNESS + body in a fresh Python; its `out` as JSON. Fails on a crash or any stderr."""
+    """HARNESS + body against `lib` in a child process; its `out`."""
     code = HARNESS + textwrap.dedent(body) + "\nprint(json.dumps(out))\n"
-    child_env = {k: v for k, v in os.environ.items() if not k.startswith("SRO_SIMNVML")}
-    child_env.update(env)
-    proc = subprocess.run(
-        [sys.executable, "-c", code, str(lib)],
-        capture_output=True,
-        text=True,
-        env=child_env,
-        timeout=timeout,
-        check=False,
-    )
-    assert proc.returncode == 0, f"child died ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-    assert proc.stderr == "", proc.stderr  # the library never prints unless SRO_SIMNVML_DEBUG is set
-    return json.loads(proc.stdout.splitlines()[-1])
-
-
-def make_nodes(dev: Path, minors: list[int]) -> Path:
-    dev.mkdir(parents=True, exist_ok=True)
-    for m in minors:
-        os.mknod(dev / f"nvidia{m}", 0o666 | 0o020000, os.makedev(195, m))
-    return dev
+    return run_python(code, [str(lib)], env, timeout)
 
 
 @pytest.fixture
@@ -105,8 +84,6 @@ def lib(simnvml_build: SimNvmlBuild) -> Path:  # noqa: F811
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     """A state file (the fixture) and device nodes for both of its GPUs."""
-    if os.geteuid() != 0:
-        pytest.skip("device nodes need root (mknod)")
     state = tmp_path / "state"
     state.write_text(BASE)
     dev = make_nodes(tmp_path / "dev", [0, 1])

@@ -10,7 +10,10 @@ label on every series.
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -21,13 +24,15 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from sro.devices import driverstate, simnvml_state, simreadings, simulated_nvidia
 from sro.devices import fields as f
-from sro.devices import simreadings
 from sro.devices.driverstate import Fault
 from sro.devices.model import Device, DeviceUUID, Inventory
 from sro.devices.nvml import NvmlBackend
 from sro.devices.telemetry import NvmlTelemetry
+from sro.local.native import SimNvmlBuild
 from sro.node.exporter.collecting import Collector
+from tests.simnvml import simnvml_build  # noqa: F401
 from tests.unit.exporter_support import FakeKubelet, collector, driver_root
 
 DCGM_EXPORTER_TAG = "4.6.0-4.8.3"
@@ -363,3 +368,54 @@ def test_nvlink_counters_accumulate_and_a_lost_peer_carries_nothing() -> None:
     s3 = simreadings.step(s2.state, inv, {a: 1}, {}, lost, 10.0)
     assert b in s3.silent and s3.readings[a][f.NVLINK_BANDWIDTH_TOTAL] == 0
     assert s3.readings[a][f.NVLINK_TX_KIB] == s2.readings[a][f.NVLINK_TX_KIB]  # nothing more moved
+
+
+# --- `sro exporter --once` on the nvml backend against the real simulated NVML library ----------
+
+SIMULATED_NVIDIA = {"personality": "nvidia", "count": 2, "nvlinks": [{"between": [0, 1], "links": 4}]}
+
+
+@pytest.mark.root
+def test_once_on_the_simulated_nvidia_driver(tmp_path: Path, simnvml_build: SimNvmlBuild) -> None:  # noqa: F811
+    """Every default counter, read by NVML from the simulated driver's libnvidia-ml.so.1 (a child
+    process: NVML is process-global), with the state file's numbers."""
+    modules = Path("/proc/modules")
+    proc_devices = Path("/proc/devices").read_text()
+    reason = simulated_nvidia.refusal(modules.read_text() if modules.exists() else "", proc_devices)
+    if reason is not None:
+        pytest.skip(f"a real NVIDIA driver is loaded here: {reason}")
+    native = tmp_path / "native"
+    native.mkdir()
+    assert simnvml_build.smi is not None
+    for src in (simnvml_build.library, simnvml_build.smi):
+        shutil.copy(src, native / src.name)
+    root, dev = tmp_path / "run/nvidia/driver", tmp_path / "dev"
+    inv = simulated_nvidia.parse(SIMULATED_NVIDIA)
+    simulated_nvidia.install(inv, root, dev, proc_devices, "", simulated_nvidia.find_native(native))
+    driverstate.set_load(root, inv.devices[0].uuid, 80.0, 20000)
+    simnvml_state.write_state(root)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SRO_SIMNVML")}
+    env["SRO_SIMNVML_DEV_ROOT"] = str(dev)
+    cmd = [sys.executable, "-m", "sro", "exporter", "--recipe", "nvidia-gpu", "--driver-root", str(root)]
+    r = subprocess.run(
+        [*cmd, "--once", "--node-name", "n1"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+    fams = check_exported(r.stdout, FROM_NVML, gpus=2)
+    state = {
+        (rec["index"], key): value
+        for line in (root / "run/sro-simnvml/state").read_text().splitlines()
+        if line.startswith("reading ")
+        for rec in [dict(kv.split("=", 1) for kv in line.split()[1:])]
+        for key, value in rec.items()
+    }
+    value = {
+        (n, s.labels["gpu"]): s.value for n, fam in fams.items() for s in fam.samples if "gpu" in s.labels
+    }
+    assert value[f.GPU_UTIL, "0"] == int(state["0", "util"]) >= 70 and value[f.GPU_UTIL, "1"] == 0
+    assert value[f.PCIE_RX_BYTES, "0"] == int(state["0", "pcie_rx"]) * 1024 > 0
+    assert value[f.MEMORY_TEMP, "0"] == int(state["0", "memtemp"])
+    assert value[f.FB_USED, "0"] == int(state["0", "fb_used"])
+    assert value[f.VGPU_LICENSE_STATUS, "0"] == 0 and value[f.NVLINK_BANDWIDTH_TOTAL, "1"] >= 0
+    assert {s.labels["modelName"] for s in fams[f.GPU_UTIL].samples} == {d.product for d in inv.devices}
+    assert all(d.product.endswith("(simulated)") for d in inv.devices)

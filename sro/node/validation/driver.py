@@ -24,7 +24,7 @@ from pathlib import Path
 from sro.api.builtin_recipes import SIMNVML_STATE_DIR
 from sro.api.recipes import Recipe
 from sro.devices import open_backend
-from sro.devices.driverstate import DriverStateError
+from sro.devices.driverstate import DriverStateError, read_inventory
 from sro.devices.model import Backend, Inventory
 from sro.host import devnodes
 from sro.host.root import HostRoot
@@ -45,6 +45,9 @@ class DriverFacts:
     tool_searched: str = ""
     nodes: tuple[devnodes.NodeStat, ...] = ()  # the inventory's device nodes, then its control nodes
     simulated_driver: bool = False  # sro's simulated driver stands in for the recipe's real one
+    # the simulated driver's own device list (its devices.json), or why it could not be read
+    made: tuple[str, ...] = ()
+    made_error: str = ""
 
 
 def _default_opener(recipe: Recipe, driver_root: Path) -> Backend:
@@ -96,8 +99,25 @@ def observe(
     if inventory is not None:
         wanted = [d.device_node for d in inventory.devices] + list(inventory.control_nodes)
         nodes = tuple(devnodes.stat_node(host, n) for n in wanted)
+    made: tuple[str, ...] = ()
+    made_error = ""
+    if simulated_driver:
+        try:
+            made = tuple(str(d.uuid) for d in read_inventory(driver_root).devices)
+        except DriverStateError as e:
+            made_error = str(e)
     return DriverFacts(
-        recipe, str(driver_root), str(host.dev), inventory, error, run, searched, nodes, simulated_driver
+        recipe,
+        str(driver_root),
+        str(host.dev),
+        inventory,
+        error,
+        run,
+        searched,
+        nodes,
+        simulated_driver,
+        made,
+        made_error,
     )
 
 
@@ -240,8 +260,29 @@ def check_nodes(facts: DriverFacts) -> Result:
     )
 
 
+def check_made(facts: DriverFacts) -> Result:
+    """On the simulated driver: NVML sees every GPU the driver made. Its NVML hides a GPU whose
+    /dev/nvidia<minor> is missing, which the tool (the same library) would not tell."""
+    name = "simulated devices"
+    if facts.made_error:
+        return Result.failed(name, "no device list", f"{facts.made_error}; {_driver_hint(facts)}")
+    if facts.inventory is None:
+        return Result.skipped(name, "needs the inventory")
+    seen = {str(d.uuid) for d in facts.inventory.devices}
+    hidden = [u for u in facts.made if u not in seen]
+    if hidden or len(seen) != len(facts.made):
+        return Result.failed(
+            name,
+            f"NVML sees {len(seen)} of the {len(facts.made)} GPUs the driver made",
+            f"NVML does not see {', '.join(hidden) or 'the same GPUs'} that the simulated driver made: their "
+            f"/dev/nvidia<minor> under {facts.dev_root} is missing or wrong; {_driver_hint(facts)}",
+        )
+    return Result.passed(name, f"NVML sees the {len(facts.made)} GPUs the simulated driver made")
+
+
 def evaluate(facts: DriverFacts) -> tuple[Result, ...]:
-    return (check_inventory(facts), check_tool(facts), check_agreement(facts), check_nodes(facts))
+    checks = (check_inventory(facts), check_tool(facts), check_agreement(facts), check_nodes(facts))
+    return (*checks, check_made(facts)) if facts.simulated_driver else checks
 
 
 def validate(

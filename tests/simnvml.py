@@ -25,6 +25,16 @@ from sro.local.native import SimNvmlBuild, build_simnvml, sources_digest
 
 CACHE_ROOT = Path("/tmp/sro-simnvml-build")
 NVIDIA_MAJOR = 195
+# a hand-written state in the design's format: two A100s joined by NVLink, GPU 1 in MIG mode
+FIXTURE = Path(__file__).parent / "fixtures" / "simnvml" / "two-a100.state"
+UUID0 = "GPU-5f0e2b8a-0000-4000-8000-000000000000"
+UUID1 = "GPU-5f0e2b8a-0000-4000-8000-000000000001"
+MIG0 = "MIG-aaaaaaaa-0000-4000-8000-000000000000"
+
+# NVML's return codes (nvml.h; nvidia-ml-py has the same numbers)
+SUCCESS, UNINITIALIZED, INVALID_ARGUMENT, NOT_SUPPORTED = 0, 1, 2, 3
+NOT_FOUND, INSUFFICIENT_SIZE, DRIVER_NOT_LOADED, TIMEOUT = 6, 7, 9, 10
+GPU_IS_LOST, ARGUMENT_VERSION_MISMATCH, UNKNOWN = 15, 25, 999
 
 
 @pytest.fixture(scope="session")
@@ -71,3 +81,50 @@ def run_python(code: str, argv: list[str], env: dict[str, str], timeout: float =
     assert proc.returncode == 0, f"child died ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
     assert proc.stderr == "", proc.stderr
     return json.loads(proc.stdout.splitlines()[-1])
+
+
+# Loaded by every child: the library, a call helper, and `out` (printed as JSON at the end).
+HARNESS = """
+import ctypes, json, os, sys, time
+L = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
+def f(name, *args):
+    fn = getattr(L, name)
+    fn.restype = ctypes.c_int
+    return fn(*args)
+def handle(i):
+    h = ctypes.c_void_p()
+    rc = f("nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(i), ctypes.byref(h))
+    return rc, h
+def by_uuid(u):
+    h = ctypes.c_void_p()
+    rc = f("nvmlDeviceGetHandleByUUID", u.encode(), ctypes.byref(h))
+    return rc, h
+def text(name, h, size=96):
+    buf = ctypes.create_string_buffer(size)
+    rc = f(name, h, buf, ctypes.c_uint(size))
+    return [rc, buf.value.decode()]
+def uint(name, h, *args):
+    v = ctypes.c_uint(12345)
+    rc = f(name, h, *args, ctypes.byref(v))
+    return [rc, v.value]
+def replace(path, content):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        fh.write(content)
+    os.replace(tmp, path)
+out = {}
+"""
+
+
+def run_nvml(lib: Path, body: str, env: dict[str, str], timeout: float = 30) -> Any:
+    """HARNESS + body against `lib` in a child process; its `out`."""
+    code = HARNESS + textwrap.dedent(body) + "\nprint(json.dumps(out))\n"
+    return run_python(code, [str(lib)], env, timeout)
+
+
+def fixture_env(tmp_path: Path) -> dict[str, str]:
+    """The fixture state in a file of its own and device nodes for both of its GPUs."""
+    state = tmp_path / "state"
+    state.write_text(FIXTURE.read_text())
+    dev = make_nodes(tmp_path / "dev", [0, 1])
+    return {"SRO_SIMNVML_STATE": str(state), "SRO_SIMNVML_DEV_ROOT": str(dev)}

@@ -768,7 +768,7 @@ EXPORT const char *nvmlErrorString(nvmlReturn_t result)
     case NVML_ERROR_MEMORY: return "Insufficient Memory";
     case NVML_ERROR_NO_DATA: return "No data";
     case NVML_ERROR_VGPU_ECC_NOT_SUPPORTED:
-        return "The requested vgpu operation is not available on target device, becasue ECC is enabled";
+        return "The requested vgpu operation is not available on target device, because ECC is enabled";
     case NVML_ERROR_INSUFFICIENT_RESOURCES: return "Insufficient Resources";
     case NVML_ERROR_FREQ_NOT_SUPPORTED: return "Frequency not supported";
     case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument version mismatch";
@@ -1626,12 +1626,11 @@ NO_PROCESSES(nvmlDeviceGetMPSComputeRunningProcesses_v3, nvmlProcessInfo_t)
 static unsigned int nvlink_version(const struct sim_gpu *g)
 {
     switch (g->arch) {
-    case NVML_DEVICE_ARCH_PASCAL: return 1;    /* NVLink 1.0 */
-    case NVML_DEVICE_ARCH_VOLTA: return 2;     /* 2.0 */
-    case NVML_DEVICE_ARCH_AMPERE: return 4;    /* 3.0 */
-    case NVML_DEVICE_ARCH_HOPPER: return 6;    /* 4.0 */
-    case NVML_DEVICE_ARCH_BLACKWELL: return 7; /* 5.0 */
-    default: return 4;
+    case NVML_DEVICE_ARCH_PASCAL: return NVML_NVLINK_VERSION_1_0;
+    case NVML_DEVICE_ARCH_VOLTA: return NVML_NVLINK_VERSION_2_0;
+    case NVML_DEVICE_ARCH_HOPPER: return NVML_NVLINK_VERSION_4_0;
+    case NVML_DEVICE_ARCH_BLACKWELL: return NVML_NVLINK_VERSION_5_0;
+    default: return NVML_NVLINK_VERSION_3_0; /* Ampere's */
     }
 }
 

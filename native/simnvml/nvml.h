@@ -238,8 +238,15 @@ typedef unsigned int nvmlDeviceArchitecture_t;
 #define NVML_DEVICE_MIG_DISABLE 0x0
 #define NVML_DEVICE_MIG_ENABLE 0x1
 
-/* NVLink version */
+/* NVLink versions (nvmlDeviceGetNvLinkVersion) */
 #define NVML_NVLINK_VERSION_INVALID 0
+#define NVML_NVLINK_VERSION_1_0 1
+#define NVML_NVLINK_VERSION_2_0 2
+#define NVML_NVLINK_VERSION_2_2 3
+#define NVML_NVLINK_VERSION_3_0 4
+#define NVML_NVLINK_VERSION_3_1 5
+#define NVML_NVLINK_VERSION_4_0 6
+#define NVML_NVLINK_VERSION_5_0 7
 
 /* ---- events (nvmlEventType masks) --------------------------------------------------------- */
 #define nvmlEventTypeSingleBitEccError 0x0000000000000001LL

@@ -20,11 +20,16 @@ import pytest
 from sro.devices import simnvml_state, simreadings, simulated_nvidia
 from sro.devices.model import Inventory
 from sro.local.native import SimNvmlBuild
-from tests.simnvml import make_nodes, run_python, simnvml_build  # noqa: F401  (the session fixture)
+from tests.simnvml import (
+    FIXTURE,
+    UUID0,
+    UUID1,
+    fixture_env,
+    make_nodes,
+    run_python,
+    simnvml_build,  # noqa: F401  (the session fixture)
+)
 
-FIXTURE = Path(__file__).parents[1] / "fixtures" / "simnvml" / "two-a100.state"
-UUID0 = "GPU-5f0e2b8a-0000-4000-8000-000000000000"
-UUID1 = "GPU-5f0e2b8a-0000-4000-8000-000000000001"
 A100 = "NVIDIA A100-SXM4-40GB (simulated)"
 
 PRELOAD = """
@@ -44,10 +49,7 @@ def lib(simnvml_build: SimNvmlBuild) -> Path:  # noqa: F811
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
-    state = tmp_path / "state"
-    state.write_text(FIXTURE.read_text())
-    dev = make_nodes(tmp_path / "dev", [0, 1])
-    return {"SRO_SIMNVML_STATE": str(state), "SRO_SIMNVML_DEV_ROOT": str(dev)}
+    return fixture_env(tmp_path)
 
 
 def client(lib: Path, body: str, env: dict[str, str], timeout: float = 60) -> Any:

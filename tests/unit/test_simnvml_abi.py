@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from sro.local.native import NATIVE_DIR, SimNvmlBuild
+from sro.local.native import NATIVE_DIR, NativeBuildError, SimNvmlBuild, build_simnvml
 from tests.simnvml import (
     DRIVER_NOT_LOADED,
     FIXTURE,
@@ -362,3 +362,25 @@ def test_state_found_from_the_library_s_own_place(lib: Path, env: dict[str, str]
         "n": 2,
     }
     assert run_nvml(lib, body, no_state)["init"] == DRIVER_NOT_LOADED
+
+
+# ---- the build ----------------------------------------------------------------------------------------
+
+
+def test_build_is_cached_by_source_and_names_gcc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc")
+    build = build_simnvml(tmp_path / "out")
+    built_at = build.library.stat().st_mtime_ns
+    assert (
+        build_simnvml(tmp_path / "out").library.stat().st_mtime_ns == built_at
+    )  # unchanged sources: no compile
+    dynamic = subprocess.run(["objdump", "-p", str(build.library)], capture_output=True, text=True).stdout
+    assert re.search(r"SONAME\s+libnvidia-ml\.so\.1", dynamic)
+    if build.smi is not None:
+        smi = subprocess.run(["objdump", "-p", str(build.smi)], capture_output=True, text=True).stdout
+        assert re.search(r"NEEDED\s+libnvidia-ml\.so\.1", smi)
+        assert "$ORIGIN/../lib/x86_64-linux-gnu" in smi
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(NativeBuildError, match="apt-get install gcc"):
+        build_simnvml(tmp_path / "elsewhere")

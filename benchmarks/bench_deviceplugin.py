@@ -9,6 +9,12 @@ unix socket. Figures:
 - fault injected -> ListAndWatch update, and kubelet socket re-created -> Register received
   (targets: < 1 s and < 5 s), against the plugin's own poll intervals;
 - the plugin's resident memory against a bare python process.
+Then the same node on the `nvml` backend (`--recipe nvidia-gpu`: pynvml over sro's simulated NVIDIA
+driver, `benchmarks.simnvml`), in the same run: Allocate and GetPreferredAllocation (topology from
+NVML's NVLink calls) against its own no-op and against the simulated backend's figures, an Xid
+through NVML's event set -> ListAndWatch, and its memory against the simulated backend's plugin.
+Where the simulated NVIDIA driver cannot be installed (not root, no gcc, a real NVIDIA driver), the
+nvml figures are left out, saying why.
 """
 
 from __future__ import annotations
@@ -20,15 +26,18 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent import futures
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import grpc
 
+from benchmarks import simnvml
 from benchmarks.harness import Figure, percentile, rss_mib, stop, timings
-from sro.api.recipes import SIMULATED_GPU
-from sro.devices import driverstate, simconfig
+from sro.api.recipes import NVIDIA_GPU, SIMULATED_GPU
+from sro.devices import driverstate, simconfig, simnvml_state
 from sro.node.deviceplugin import api_pb2, api_pb2_grpc
 from sro.node.deviceplugin.server import socket_name
 
@@ -40,6 +49,7 @@ EIGHT = {
     "nvlinkLinks": 4,
 }
 REPEAT = 2000
+NVML_FAULTS = 5  # an NVML fault clears after a quiet period (recoverAfterSeconds): each costs ~1 s
 
 
 class _Kubelet(api_pb2_grpc.RegistrationServicer):  # type: ignore[misc]
@@ -67,96 +77,198 @@ def _ms(samples: list[float], p: float) -> float:
     return percentile(samples, p) * 1000
 
 
-def run() -> list[Figure]:
-    tmp = Path(tempfile.mkdtemp(prefix="dpb", dir="/tmp"))  # short: unix socket paths max 107 bytes
-    plugin_dir, driver_root = tmp / "dp", tmp / "drv"
+@dataclass
+class Measured:
+    """One plugin process's figures: seconds per call or event, and its resident memory in MiB."""
+
+    noop: list[float]
+    alloc: list[float]
+    pref: list[float]
+    fault: list[float] = field(default_factory=list)
+    rereg: list[float] = field(default_factory=list)
+    rss: float = 0.0
+
+
+@dataclass
+class Plugin:
+    """A plugin process registered with its own fake kubelet, and a client on its socket."""
+
+    proc: subprocess.Popen[bytes]
+    kubelet: _Kubelet
+    registered: list[float]
+    channel: grpc.Channel
+    stub: Any
+
+    def close(self) -> None:
+        self.channel.close()
+        stop(self.proc, 10)
+        self.kubelet.server.stop(0)
+
+
+def _start(
+    recipe: str,
+    resource: str,
+    driver_root: Path,
+    plugin_dir: Path,
+    config: str,
+    env: dict[str, str] | None = None,
+) -> Plugin:
     plugin_dir.mkdir()
+    (plugin_dir.parent / f"{plugin_dir.name}.yaml").write_text(config)
+    registered: list[float] = []
+    kubelet = _Kubelet(plugin_dir / "kubelet.sock", registered)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sro", "device-plugin", "--recipe", recipe, "--driver-root", str(driver_root),
+         "--plugin-dir", str(plugin_dir), "--config", str(plugin_dir.parent / f"{plugin_dir.name}.yaml")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )  # fmt: skip
+    try:
+        _wait(lambda: registered)
+    except RuntimeError:
+        stop(proc, 10)
+        kubelet.server.stop(0)
+        raise
+    channel = grpc.insecure_channel(f"unix://{plugin_dir / socket_name(resource)}")
+    stub = api_pb2_grpc.DevicePluginStub(channel)  # type: ignore[no-untyped-call]
+    return Plugin(proc, kubelet, registered, channel, stub)
+
+
+def _calls(stub: Any, ids: list[str]) -> Measured:
+    """Allocate (NVLink pairs) and GetPreferredAllocation (4 of 8), between no-op calls."""
+    pairs = [[ids[i], ids[(i + 1) % 8]] for i in range(8)]
+    n = iter(range(10**9))
+
+    def allocate() -> None:
+        pair = pairs[next(n) % 8]
+        stub.Allocate(
+            api_pb2.AllocateRequest(container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=pair)])
+        )
+
+    pref_req = api_pb2.PreferredAllocationRequest(
+        container_requests=[
+            api_pb2.ContainerPreferredAllocationRequest(available_deviceIDs=ids, allocation_size=4)
+        ]
+    )
+    empty = api_pb2.Empty()
+    noop = timings(lambda: stub.GetDevicePluginOptions(empty), REPEAT, warmup=50)
+    alloc = timings(allocate, REPEAT, warmup=50)
+    pref = timings(lambda: stub.GetPreferredAllocation(pref_req), REPEAT, warmup=50)
+    noop2 = timings(lambda: stub.GetDevicePluginOptions(empty), REPEAT, warmup=10)
+    return Measured(sorted(noop + noop2), alloc, pref)  # no-op before and after: no drift favours either
+
+
+def _faults(stub: Any, inject: Callable[[int], None], clear: Callable[[], object], times: int) -> list[float]:
+    """Seconds from a fault injected to the ListAndWatch update; each fault is cleared, and the
+    device announced healthy again, before the next."""
+    stream = stub.ListAndWatch(api_pb2.Empty())
+    next(stream)
+    took = []
+    for i in range(times):
+        t0 = time.monotonic()
+        inject(i % 8)
+        next(stream)
+        took.append(time.monotonic() - t0)
+        clear()
+        next(stream)
+    stream.cancel()
+    return took
+
+
+def _simulated(tmp: Path) -> Measured:
+    """The simulated backend: Allocate, GetPreferredAllocation, faults, kubelet restarts, memory."""
+    driver_root = tmp / "drv"
     inv = simconfig.parse(EIGHT, SIMULATED_GPU.device_node)
     doc = driverstate.inventory_to_doc(inv, 120, 255)
     doc["controlNodes"] = [{"path": "/dev/sro-simgpuctl", "minor": 255}]
     driverstate.write_atomic(driver_root / "devices.json", json.dumps(doc))
-    (tmp / "config.yaml").write_text("health: {recoverAfterSeconds: 0}\n")
-    registered: list[float] = []
-    kubelet = _Kubelet(plugin_dir / "kubelet.sock", registered)
-    bare = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sro", "device-plugin", "--recipe", "simulated-gpu", "--driver-root", str(driver_root),
-         "--plugin-dir", str(plugin_dir), "--config", str(tmp / "config.yaml")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    plugin = _start("simulated-gpu", RESOURCE, driver_root, tmp / "dp", "health: {recoverAfterSeconds: 0}\n")
+    plugin_dir = tmp / "dp"
     try:
-        _wait(lambda: registered)
-        channel = grpc.insecure_channel(f"unix://{plugin_dir / socket_name(RESOURCE)}")
-        stub = api_pb2_grpc.DevicePluginStub(channel)  # type: ignore[no-untyped-call]
-        ids = [d.uuid for d in inv.devices]
-        pairs = [[ids[i], ids[(i + 1) % 8]] for i in range(8)]
-        n = iter(range(10**9))
+        measured = _calls(plugin.stub, [d.uuid for d in inv.devices])
 
-        def allocate() -> None:
-            pair = pairs[next(n) % 8]
-            stub.Allocate(
-                api_pb2.AllocateRequest(
-                    container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=pair)]
-                )
-            )
+        def inject(i: int) -> None:
+            driverstate.set_fault(driver_root, inv.devices[i].uuid, 79)
 
-        pref_req = api_pb2.PreferredAllocationRequest(
-            container_requests=[
-                api_pb2.ContainerPreferredAllocationRequest(available_deviceIDs=ids, allocation_size=4)
-            ]
-        )
-        empty = api_pb2.Empty()
-        noop = timings(lambda: stub.GetDevicePluginOptions(empty), REPEAT, warmup=50)
-        alloc = timings(allocate, REPEAT, warmup=50)
-        pref = timings(lambda: stub.GetPreferredAllocation(pref_req), REPEAT, warmup=50)
-        noop2 = timings(lambda: stub.GetDevicePluginOptions(empty), REPEAT, warmup=10)
-        noop = sorted(noop + noop2)  # before and after, so drift does not favour either side
-
-        # fault -> ListAndWatch update
-        stream = stub.ListAndWatch(empty)
-        next(stream)
-        fault_lat = []
-        for i in range(10):
-            t0 = time.monotonic()
-            driverstate.set_fault(driver_root, inv.devices[i % 8].uuid, 79)
-            next(stream)
-            fault_lat.append(time.monotonic() - t0)
-            driverstate.clear_faults(driver_root, None)
-            next(stream)
-        stream.cancel()
+        measured.fault = _faults(plugin.stub, inject, lambda: driverstate.clear_faults(driver_root, None), 10)
 
         # kubelet restart: the directory wiped, a new kubelet socket -> Register
-        rereg = []
         for _ in range(5):
-            kubelet.server.stop(0).wait()
+            plugin.kubelet.server.stop(0).wait()
             for p in plugin_dir.iterdir():
                 p.unlink()
             time.sleep(0.3)
-            before = len(registered)
-            kubelet = _Kubelet(plugin_dir / "kubelet.sock", registered)
+            before = len(plugin.registered)
+            plugin.kubelet = _Kubelet(plugin_dir / "kubelet.sock", plugin.registered)
             created = os.stat(plugin_dir / "kubelet.sock").st_mtime
-            _wait(lambda before=before: len(registered) > before)
-            rereg.append(registered[-1] - created)
+            _wait(lambda before=before: len(plugin.registered) > before)
+            measured.rereg.append(plugin.registered[-1] - created)
 
         time.sleep(0.5)
-        plugin_rss, bare_rss = rss_mib(proc.pid), rss_mib(bare.pid)
-        channel.close()
+        measured.rss = rss_mib(plugin.proc.pid)
+    finally:
+        plugin.close()
+    return measured
+
+
+def _nvml(tmp: Path) -> Measured:
+    """The nvml backend over the simulated NVIDIA driver of the same 8 GPUs: pynvml in the plugin
+    loads the driver root's libnvidia-ml.so.1, which serves the state the held driver rewrites."""
+    with simnvml.installed(tmp, EIGHT) as nv:
+        inv = driverstate.read_inventory(nv.driver_root)
+        # an Xid reaches NVML's event set once; it is healthy again after a quiet second
+        plugin = _start(
+            "nvidia-gpu", NVIDIA_GPU.resource, nv.driver_root, tmp / "dpn", "health: {recoverAfterSeconds: 1}\n",
+            nv.env,
+        )  # fmt: skip
+        try:
+            measured = _calls(plugin.stub, [d.uuid for d in inv.devices])
+
+            def inject(i: int) -> None:
+                driverstate.set_fault(nv.driver_root, inv.devices[i].uuid, 79)
+                simnvml_state.write_state(nv.driver_root)  # as `sro simulate fault` does
+
+            def clear() -> None:
+                driverstate.clear_faults(nv.driver_root, None)
+                simnvml_state.write_state(nv.driver_root)
+
+            measured.fault = _faults(plugin.stub, inject, clear, NVML_FAULTS)
+            time.sleep(0.5)
+            measured.rss = rss_mib(plugin.proc.pid)
+        finally:
+            plugin.close()
+    return measured
+
+
+def run() -> list[Figure]:
+    tmp = Path(tempfile.mkdtemp(prefix="dpb", dir="/tmp"))  # short: unix socket paths max 107 bytes
+    bare = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        sim = _simulated(tmp)
+        why_not = simnvml.unavailable()
+        nv = _nvml(tmp) if not why_not else None
+        time.sleep(0.2)
+        bare_rss = rss_mib(bare.pid)
     finally:
         bare.kill()
-        stop(proc, 10)
         bare.wait()
-        kubelet.server.stop(0)
         shutil.rmtree(tmp, ignore_errors=True)
+    if why_not:
+        print(f"deviceplugin: nvml backend figures left out: {why_not}")
 
-    noop50, noop99 = _ms(noop, 50), _ms(noop, 99)
+    noop50, noop99 = _ms(sim.noop, 50), _ms(sim.noop, 99)
     target = "p99 < 5 ms and < 3x no-op"
-    return [
-        Figure("deviceplugin Allocate p50 (8 GPUs)", _ms(alloc, 50), noop50, "ms", "no-op gRPC p50", target),
-        Figure("deviceplugin Allocate p99 (8 GPUs)", _ms(alloc, 99), noop99, "ms", "no-op gRPC p99", target),
+    figures = [
+        Figure(
+            "deviceplugin Allocate p50 (8 GPUs)", _ms(sim.alloc, 50), noop50, "ms", "no-op gRPC p50", target
+        ),
+        Figure(
+            "deviceplugin Allocate p99 (8 GPUs)", _ms(sim.alloc, 99), noop99, "ms", "no-op gRPC p99", target
+        ),
         Figure(
             "deviceplugin GetPreferredAllocation 4/8 p50",
-            _ms(pref, 50),
+            _ms(sim.pref, 50),
             noop50,
             "ms",
             "no-op gRPC p50",
@@ -164,7 +276,7 @@ def run() -> list[Figure]:
         ),
         Figure(
             "deviceplugin GetPreferredAllocation 4/8 p99",
-            _ms(pref, 99),
+            _ms(sim.pref, 99),
             noop99,
             "ms",
             "no-op gRPC p99",
@@ -172,7 +284,7 @@ def run() -> list[Figure]:
         ),
         Figure(
             "deviceplugin fault -> ListAndWatch max",
-            max(fault_lat) * 1000,
+            max(sim.fault) * 1000,
             100.0,
             "ms",
             "backend poll interval",
@@ -180,11 +292,64 @@ def run() -> list[Figure]:
         ),
         Figure(
             "deviceplugin kubelet.sock -> Register max",
-            max(rereg) * 1000,
+            max(sim.rereg) * 1000,
             200.0,
             "ms",
             "watcher poll interval",
             "< 5000 ms",
         ),
-        Figure("deviceplugin resident memory", plugin_rss, bare_rss, "MiB", "bare python process", ""),
+        Figure("deviceplugin resident memory", sim.rss, bare_rss, "MiB", "bare python process", ""),
+    ]
+    if nv is None:
+        return figures
+    nv50, nv99 = _ms(nv.noop, 50), _ms(nv.noop, 99)
+    sim_backend = "simulated backend"
+    return [
+        *figures,
+        Figure(
+            "deviceplugin nvml Allocate p50 (8 simulated-NVML GPUs)",
+            _ms(nv.alloc, 50),
+            nv50,
+            "ms",
+            "no-op gRPC p50",
+            target,
+        ),
+        Figure(
+            "deviceplugin nvml Allocate p99 (8 simulated-NVML GPUs)",
+            _ms(nv.alloc, 99),
+            nv99,
+            "ms",
+            "no-op gRPC p99",
+            target,
+        ),
+        Figure(
+            "deviceplugin nvml Allocate p50 vs simulated",
+            _ms(nv.alloc, 50),
+            _ms(sim.alloc, 50),
+            "ms",
+            f"{sim_backend} p50",
+        ),
+        Figure(
+            "deviceplugin nvml Allocate p99 vs simulated",
+            _ms(nv.alloc, 99),
+            _ms(sim.alloc, 99),
+            "ms",
+            f"{sim_backend} p99",
+        ),
+        Figure(
+            "deviceplugin nvml GetPreferredAllocation 4/8 p50",
+            _ms(nv.pref, 50),
+            _ms(sim.pref, 50),
+            "ms",
+            f"{sim_backend} p50",
+        ),
+        Figure(
+            "deviceplugin nvml Xid (NVML event) -> ListAndWatch max",
+            max(nv.fault) * 1000,
+            max(sim.fault) * 1000,
+            "ms",
+            f"{sim_backend} max",
+            "< 1000 ms",
+        ),
+        Figure("deviceplugin nvml resident memory", nv.rss, sim.rss, "MiB", f"{sim_backend} plugin", ""),
     ]

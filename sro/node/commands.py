@@ -80,7 +80,7 @@ def holders(
 
     recipe = BUILTIN[recipe_name]
     root = str(driver_root if driver_root is not None else recipe.driver_root)
-    targets = scanning.targets_for(recipe, root, str(dev_root))
+    targets = scanning.targets_for(recipe, root, str(dev_root), str(proc_root))
     try:
         found = scanning.scan(str(proc_root), targets, skip={os.getpid()})
     except OSError as e:

@@ -7,8 +7,13 @@ still holds the driver, and names what does. Like `lsof`/`fuser`, from /proc:
 - an open file descriptor (`/proc/<pid>/fd/*`, stat()ed through the magic link, so O_PATH
   descriptors count too) that is a character device with one of the driver's device numbers; for a
   simulated driver the exact (major, minor) of its device and control nodes, from its devices.json
-  and the nodes under the dev root; for real hardware every minor of the majors its nodes use
-  (nvidia, nvidia-uvm, nvidia-caps: one driver each);
+  and the nodes under the dev root; for real hardware every minor of the driver's majors: those its
+  nodes under the dev root use, the character drivers of /proc/devices named like its nodes
+  (`nvidia-frontend`, `nvidia-uvm`, `nvidia-caps`, ...: one kernel driver each), for NVIDIA's recipe
+  the NVIDIA driver's fixed major 195 (registered by no module under the simulated NVIDIA driver),
+  and the majors a simulated NVIDIA driver recorded in its devices.json (its uvm and caps majors are
+  picked free ones, not in /proc/devices either). A node is shown by its path where the dev root or
+  devices.json names it, else as `char <major>:<minor> (<driver>)`;
 - a mapping (`/proc/<pid>/maps`) of one of the recipe's libraries: by file name against its globs
   (what a container sees under its own path, and a file an upgrade already replaced, shown
   `(deleted)`) or by the inode of the files under the driver root.
@@ -34,6 +39,8 @@ from sro.api.recipes import SIMULATED_DEVICE_LIST, Recipe
 from sro.node.runtime import driverfiles, namematch
 
 _GONE = (errno.ENOENT, errno.ESRCH)
+NVIDIA_VENDOR = "10de"  # PCI vendor of NVIDIA's recipe
+NVIDIA_MAJOR = 195  # the NVIDIA driver's fixed character major: nvidia<minor>, nvidiactl, nvidia-modeset
 _NOT_FILES = ("socket:", "pipe:", "anon_inode:")  # fd link texts that cannot be device nodes
 # kubelet's pod cgroups: ".../pod<uid>/<container>" (cgroupfs) or "...-pod<uid_with_underscores>.slice"
 # (systemd); a static pod's uid is a 32-digit hash without dashes.
@@ -53,7 +60,11 @@ class Targets:
 
     def device(self, rdev: int) -> str | None:
         major, minor = os.major(rdev), os.minor(rdev)
-        return self.devices.get((major, minor)) or self.majors.get(major)
+        exact = self.devices.get((major, minor))
+        if exact is not None:
+            return exact
+        driver = self.majors.get(major)
+        return None if driver is None else f"char {major}:{minor} ({driver})"
 
     def library(self, mapping: FileMapping) -> str | None:
         name = os.path.basename(mapping.path)
@@ -128,6 +139,35 @@ def pod_uid(cgroup_text: str) -> str:
     return m.group(1).replace("_", "-")
 
 
+def char_drivers(proc_devices: str, prefix: str) -> dict[int, str]:
+    """major -> name of the character drivers in a /proc/devices text whose name starts with `prefix`."""
+    out: dict[int, str] = {}
+    for line in proc_devices.splitlines():
+        if line.strip().lower().startswith("block devices"):
+            break
+        parts = line.split()
+        if len(parts) == 2 and parts[0].isdigit() and parts[1].startswith(prefix):
+            out.setdefault(int(parts[0]), parts[1])
+    return out
+
+
+def recorded_nodes(doc: object) -> tuple[dict[tuple[int, int], str], dict[int, str]]:
+    """The nodes and majors a simulated NVIDIA driver lists in its devices.json: `nodes` (path, major,
+    minor) and `majors` (kind -> major: nvidia, uvm, caps), as (major, minor) -> path and major -> name."""
+    if not isinstance(doc, dict):
+        return {}, {}
+    nodes: dict[tuple[int, int], str] = {}
+    for n in doc.get("nodes") or []:
+        if isinstance(n, dict) and isinstance(n.get("major"), int) and isinstance(n.get("minor"), int):
+            nodes[n["major"], n["minor"]] = str(n.get("path") or f"char {n['major']}:{n['minor']}")
+    majors: dict[int, str] = {}
+    recorded = doc.get("majors")
+    for kind, major in recorded.items() if isinstance(recorded, dict) else ():
+        if isinstance(major, int):
+            majors.setdefault(major, "nvidia" if kind == "nvidia" else f"nvidia-{kind}")
+    return nodes, majors
+
+
 def simulated_devices(doc: object) -> dict[tuple[int, int], str]:
     """(major, minor) -> node of a simulated driver's devices.json document (partial ones too)."""
     if not isinstance(doc, dict) or not isinstance(doc.get("major"), int):
@@ -145,24 +185,50 @@ def simulated_devices(doc: object) -> dict[tuple[int, int], str]:
 # --- reading the node -------------------------------------------------------------------------
 
 
-def targets_for(recipe: Recipe, driver_root: str, dev_root: str) -> Targets:
-    """What holding `recipe`'s driver means on this node (its files under the two roots)."""
+def driver_majors(recipe: Recipe, proc_devices: str) -> dict[int, str]:
+    """major -> driver of a hardware recipe's kernel drivers: /proc/devices' character drivers named
+    like its nodes, and NVIDIA's fixed major for NVIDIA's recipe."""
+    majors = {NVIDIA_MAJOR: "nvidia"} if recipe.pci_vendor == NVIDIA_VENDOR else {}
+    prefix = _node_prefix(recipe)
+    if prefix:
+        for major, name in char_drivers(proc_devices, prefix).items():
+            majors.setdefault(major, name)
+    return majors
+
+
+def _node_prefix(recipe: Recipe) -> str:
+    return os.path.basename(recipe.device_node).split("{", 1)[0]
+
+
+def targets_for(recipe: Recipe, driver_root: str, dev_root: str, proc_root: str = "/proc") -> Targets:
+    """What holding `recipe`'s driver means on this node (its files under the roots; `proc_root` for
+    /proc/devices: the host's, as the scan's)."""
     devices: dict[tuple[int, int], str] = {}
     majors: dict[int, str] = {}
+    doc: object = None
+    with (
+        contextlib.suppress(OSError, ValueError),
+        open(os.path.join(driver_root, SIMULATED_DEVICE_LIST)) as f,
+    ):
+        doc = json.load(f)
     if recipe.simulated:
-        with (
-            contextlib.suppress(OSError, ValueError),
-            open(os.path.join(driver_root, SIMULATED_DEVICE_LIST)) as f,
-        ):
-            devices.update(simulated_devices(json.load(f)))
+        devices.update(simulated_devices(doc))
+    else:
+        nodes_recorded, majors_recorded = recorded_nodes(doc)
+        devices.update(nodes_recorded)
+        majors.update(
+            driver_majors(recipe, _read(os.path.join(proc_root, "devices")).decode(errors="replace"))
+        )
+        for major, name in majors_recorded.items():
+            majors.setdefault(major, name)
     nodes = [*driverfiles.find_devices(recipe, dev_root), *driverfiles.find_control_nodes(recipe, dev_root)]
     for node in nodes:
-        if recipe.simulated:
-            devices.setdefault((node.major, node.minor), node.path)
-        else:
+        devices.setdefault((node.major, node.minor), node.path)
+        if not recipe.simulated:
             majors.setdefault(node.major, node.path)
     if not recipe.simulated:
         for path, rdev in _family_nodes(recipe, dev_root):
+            devices.setdefault((os.major(rdev), os.minor(rdev)), path)
             majors.setdefault(os.major(rdev), path)
     globs = tuple(g for group in recipe.libraries.values() for g in group)
     files: dict[tuple[int, int], str] = {}
@@ -175,8 +241,7 @@ def targets_for(recipe: Recipe, driver_root: str, dev_root: str) -> Targets:
 
 def _family_nodes(recipe: Recipe, dev_root: str) -> Iterator[tuple[str, int]]:
     """Char nodes named like the recipe's (`/dev/nvidia*`, and inside `/dev/nvidia-caps/`)."""
-    pattern = os.path.basename(recipe.device_node)
-    prefix = pattern.split("{", 1)[0]
+    prefix = _node_prefix(recipe)
     if not prefix:
         return
     container_dir = os.path.dirname(recipe.device_node)

@@ -169,9 +169,10 @@ def test_nvidia_counts_every_minor_of_its_majors(tmp_path: Path) -> None:
     dev = tmp_path / "dev"
     dev.mkdir()
     (dev / "nvidiactl").symlink_to("/dev/null")  # find_* follow links; _family_nodes does not
-    targets = holders.targets_for(NVIDIA_GPU, str(tmp_path / "root"), str(dev))
-    assert targets.majors == {os.major(NULL): "/dev/nvidiactl"} and not targets.devices
-    assert targets.device(os.makedev(os.major(NULL), 200)) == "/dev/nvidiactl"
+    targets = holders.targets_for(NVIDIA_GPU, str(tmp_path / "root"), str(dev), str(tmp_path / "proc"))
+    assert targets.majors == {os.major(NULL): "/dev/nvidiactl", 195: "nvidia"}  # and NVIDIA's own major
+    assert targets.devices == {(os.major(NULL), os.minor(NULL)): "/dev/nvidiactl"}
+    assert targets.device(os.makedev(os.major(NULL), 200)) == f"char {os.major(NULL)}:200 (/dev/nvidiactl)"
     assert "libcuda.so.*" in targets.library_globs
 
 

@@ -12,6 +12,10 @@ in a second process handing out a fixed copy of the exporter's own text. Figures
 - why the text is rendered by hand, once per collection: rendering one collection's 2,500 series
   (`exposition.render`) against prometheus_client's `generate_latest` of the same families through a
   custom collector, which is what a prometheus_client exporter would pay on every scrape.
+Then the same node on the `nvml` backend (`--recipe nvidia-gpu`: pynvml over sro's simulated NVIDIA
+driver, `benchmarks.simnvml`, the same 100 pods on `nvidia.com/gpu.shared`), in the same run: its
+scrape, collection (every reading an NVML call through ctypes) and memory against the simulated
+backend's. Where the simulated NVIDIA driver cannot be installed, those figures are left out.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import tempfile
 import threading
 import time
 from concurrent import futures
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -35,8 +40,9 @@ from typing import Any
 import grpc
 import yaml
 
+from benchmarks import simnvml
 from benchmarks.harness import Figure, percentile, rss_mib, stop, timings
-from sro.api.recipes import SIMULATED_GPU
+from sro.api.recipes import NVIDIA_GPU, SIMULATED_GPU
 from sro.devices import driverstate, simconfig
 from sro.devices.model import Backend
 from sro.devices.simulated import SimulatedBackend
@@ -51,6 +57,13 @@ EIGHT = {
     "defaults": {"product": "SRO Simulated H100", "memoryMiB": 81920, "computeCapability": "9.0"},
     "numaNodes": [0, 0, 0, 0, 1, 1, 1, 1],
     "nvlinkIslands": [[0, 1, 2, 3], [4, 5, 6, 7]],
+}
+# the same node for the nvml backend, as the simulated NVIDIA driver's devices YAML
+EIGHT_NVIDIA = {
+    "count": 8,
+    "defaults": {"product": "NVIDIA H100 80GB HBM3"},
+    "numaNodes": EIGHT["numaNodes"],
+    "nvlinkIslands": EIGHT["nvlinkIslands"],
 }
 PODS = 100
 REPEAT = 1000
@@ -80,7 +93,7 @@ class _Kubelet(podresources_pb2_grpc.PodResourcesListerServicer):  # type: ignor
         return self.response
 
 
-def _pods(uuids: list[str]) -> Any:
+def _pods(uuids: list[str], resource: str = RESOURCE) -> Any:
     """100 pods time-slicing 8 GPUs (13 or 12 per GPU, replica ids `<uuid>::<n>`), one container each."""
     pods = []
     for i in range(PODS):
@@ -94,7 +107,7 @@ def _pods(uuids: list[str]) -> Any:
                         name="main",
                         devices=[
                             podresources_pb2.ContainerDevices(
-                                resource_name=f"{RESOURCE}.shared", device_ids=[f"{uuids[gpu]}::{replica}"]
+                                resource_name=f"{resource}.shared", device_ids=[f"{uuids[gpu]}::{replica}"]
                             )
                         ],
                     )
@@ -191,6 +204,97 @@ def _render_costs(driver_root: Path, kubelet_socket: Path) -> tuple[list[float],
     return ours, theirs
 
 
+def _kubeconfig(path: Path, api: ThreadingHTTPServer) -> Path:
+    server = f"http://127.0.0.1:{api.server_address[1]}"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "fake", "cluster": {"server": server}}],
+                "users": [{"name": "fake", "user": {}}],
+                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+                "current-context": "fake",
+            }
+        )
+    )
+    return path
+
+
+def _exporter(
+    recipe: str,
+    driver_root: Path,
+    socket: Path,
+    kubeconfig: Path,
+    port: int,
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """`sro exporter` as the DaemonSet runs it, collecting every second."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "sro", "exporter", "--recipe", recipe, "--driver-root", str(driver_root),
+         "--pod-resources-socket", str(socket), "--node-name", NODE,
+         "--address", f"127.0.0.1:{port}", "--interval", "1s"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={"KUBECONFIG": str(kubeconfig), "PATH": "/usr/bin:/bin", **(env or {})},
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Text:
+    """What one scrape's text says about the exporter that served it."""
+
+    size: int
+    series: int
+    pods: int
+    ups: dict[str, str]
+    collect_ms: float
+
+    @staticmethod
+    def of(text: str) -> Text:
+        m = re.search(r"sro_exporter_collect_duration_seconds\{[^}]*\} ([0-9.e-]+)", text)
+        return Text(
+            size=len(text),
+            series=sum(1 for line in text.splitlines() if line and not line.startswith("#")),
+            pods=len(set(re.findall(r'pod="([^"]+)"', text))),
+            ups=dict(re.findall(r'sro_exporter_source_up\{[^}]*source="(\w+)"\} (\d)', text)),
+            collect_ms=float(m.group(1)) * 1000 if m else float("nan"),
+        )
+
+
+@dataclass(frozen=True)
+class Nvml:
+    scrape: list[float]
+    rss: float
+    text: Text
+    modelled: str  # a product name the series carry, to show they came from NVML
+
+
+def _nvml(tmp: Path, kubeconfig: Path) -> Nvml:
+    """The exporter on the nvml backend over the simulated NVIDIA driver, scraped as the other was."""
+    with simnvml.installed(tmp, EIGHT_NVIDIA) as nv:
+        inv = driverstate.read_inventory(nv.driver_root)
+        socket = tmp / "kubelet-nv.sock"
+        kubelet = _Kubelet(socket, _pods([d.uuid for d in inv.devices], NVIDIA_GPU.resource))
+        port = _free_port()
+        proc = _exporter(
+            "nvidia-gpu", nv.driver_root, socket, kubeconfig, port, {simnvml.DEV_ROOT_ENV: str(nv.dev_root)}
+        )
+        try:
+            _wait_up(port)
+            time.sleep(2.5)  # a few collections: pods, node and readings all in
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            scrape = timings(lambda: _get(conn), REPEAT, warmup=20)
+            last = _get(conn).decode()
+            time.sleep(1.0)
+            rss = rss_mib(proc.pid)
+            conn.close()
+        finally:
+            stop(proc, 10)
+            kubelet.server.stop(0).wait()
+    model = re.search(r'modelName="([^"]+)"', last)
+    return Nvml(scrape, rss, Text.of(last), model.group(1) if model else "")
+
+
 def run() -> list[Figure]:
     tmp = Path(tempfile.mkdtemp(prefix="exb", dir="/tmp"))  # short: unix socket paths max 107 bytes
     inv = simconfig.parse(EIGHT, SIMULATED_GPU.device_node)
@@ -200,37 +304,23 @@ def run() -> list[Figure]:
     )
     kubelet = _Kubelet(tmp / "kubelet.sock", _pods([d.uuid for d in inv.devices]))
     labels = {f"sro.dev/simulated-gpu.{s}": "ready" for s in ("driver", "driver-validation", "runtime")}
+    allocatable = {
+        r: n for res in (RESOURCE, NVIDIA_GPU.resource) for r, n in ((res, "0"), (f"{res}.shared", "104"))
+    }
     api = _fake_api(
         {
             "apiVersion": "v1",
             "kind": "Node",
             "metadata": {"name": NODE, "labels": labels},
-            "status": {"allocatable": {RESOURCE: "0", f"{RESOURCE}.shared": "104"}, "capacity": {}},
+            "status": {"allocatable": allocatable, "capacity": {}},
         }
     )
-    kubeconfig = tmp / "kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {"name": "fake", "cluster": {"server": f"http://127.0.0.1:{api.server_address[1]}"}}
-                ],
-                "users": [{"name": "fake", "user": {}}],
-                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
-                "current-context": "fake",
-            }
-        )
-    )
+    kubeconfig = _kubeconfig(tmp / "kubeconfig", api)
     port, static_port = _free_port(), _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sro", "exporter", "--recipe", "simulated-gpu", "--driver-root", str(driver_root),
-         "--pod-resources-socket", str(tmp / "kubelet.sock"), "--node-name", NODE,
-         "--address", f"127.0.0.1:{port}", "--interval", "1s"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={"KUBECONFIG": str(kubeconfig), "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
+    proc = _exporter("simulated-gpu", driver_root, tmp / "kubelet.sock", kubeconfig, port)
     static: subprocess.Popen[bytes] | None = None
+    nv: Nvml | None = None
+    why_not = simnvml.unavailable()
     try:
         _wait_up(port)
         time.sleep(2.5)  # a few collections: pods, node and readings all in
@@ -253,6 +343,9 @@ def run() -> list[Figure]:
         exporter_rss, static_rss = rss_mib(proc.pid), rss_mib(static.pid)
         conn.close()
         sconn.close()
+        stop(proc, 10)  # the nvml exporter runs alone, as this one did
+        if not why_not:
+            nv = _nvml(tmp, kubeconfig)
     finally:
         stop(proc, 10)
         if static is not None:
@@ -263,20 +356,16 @@ def run() -> list[Figure]:
         api.server_close()
         shutil.rmtree(tmp, ignore_errors=True)
 
-    m = re.search(r"sro_exporter_collect_duration_seconds\{[^}]*\} ([0-9.e-]+)", last)
-    collect_ms = float(m.group(1)) * 1000 if m else float("nan")
-    series = sum(1 for line in last.splitlines() if line and not line.startswith("#"))
-    pods_seen = len(set(re.findall(r'pod="([^"]+)"', last)))
-    ups = dict(re.findall(r'sro_exporter_source_up\{[^}]*source="(\w+)"\} (\d)', last))
+    facts = Text.of(last)
     p99 = _ms(scrape, 99)
     p99_met = "met" if p99 < P99_TARGET_MS else "NOT met"
     rss_met = "met" if exporter_rss < RSS_TARGET_MIB else "NOT met"
     print(
-        f"exporter: {len(text)} bytes, {series} series, {pods_seen} pods attributed, sources up {ups}; "
-        f"scrape p99 {p99:.2f} ms (target < {P99_TARGET_MS:g} ms: {p99_met}); "
+        f"exporter: {len(text)} bytes, {facts.series} series, {facts.pods} pods attributed, sources up "
+        f"{facts.ups}; scrape p99 {p99:.2f} ms (target < {P99_TARGET_MS:g} ms: {p99_met}); "
         f"resident memory {exporter_rss:.1f} MiB (target < {RSS_TARGET_MIB:g} MiB: {rss_met})"
     )
-    return [
+    figures = [
         Figure(
             "exporter scrape p50 (8 GPUs, 100 pods)", _ms(scrape, 50), _ms(base, 50), "ms", "static text p50"
         ),
@@ -296,7 +385,7 @@ def run() -> list[Figure]:
             "static-text server",
             f"< {RSS_TARGET_MIB:g} MiB: {rss_met}",
         ),
-        Figure("exporter collection (off the scrape path)", collect_ms, 1000.0, "ms", "--interval 1s"),
+        Figure("exporter collection (off the scrape path)", facts.collect_ms, 1000.0, "ms", "--interval 1s"),
         Figure(
             "exporter render, once per collection",
             _ms(ours, 50),
@@ -304,4 +393,41 @@ def run() -> list[Figure]:
             "ms",
             "prometheus_client generate_latest",
         ),
+    ]
+    if nv is None:
+        print(f"exporter: nvml backend figures left out: {why_not}")
+        return figures
+    nv_p99 = _ms(nv.scrape, 99)
+    nv_met = "met" if nv_p99 < P99_TARGET_MS else "NOT met"
+    print(
+        f"exporter on nvml ({nv.modelled}): {nv.text.size} bytes, {nv.text.series} series, {nv.text.pods} pods "
+        f"attributed, sources up {nv.text.ups}; scrape p99 {nv_p99:.2f} ms; collection {nv.text.collect_ms:.1f} ms; "
+        f"resident memory {nv.rss:.1f} MiB"
+    )
+    sim = "simulated backend"
+    return [
+        *figures,
+        Figure(
+            "exporter nvml scrape p50 (8 simulated-NVML GPUs)",
+            _ms(nv.scrape, 50),
+            _ms(scrape, 50),
+            "ms",
+            f"{sim} p50",
+        ),
+        Figure(
+            "exporter nvml scrape p99 (8 simulated-NVML GPUs)",
+            nv_p99,
+            p99,
+            "ms",
+            f"{sim} p99",
+            f"< {P99_TARGET_MS:g} ms: {nv_met}",
+        ),
+        Figure(
+            "exporter nvml collection (NVML calls)",
+            nv.text.collect_ms,
+            facts.collect_ms,
+            "ms",
+            f"{sim} collection",
+        ),
+        Figure("exporter nvml resident memory", nv.rss, exporter_rss, "MiB", f"{sim} exporter"),
     ]

@@ -39,11 +39,12 @@ The model:
   later, 4 for 8.x, 3 before (985, 1969, 3938 MB/s per lane). Given in whole KB/s (NVML's unit,
   `PCIE_TX_THROUGHPUT`/`PCIE_RX_THROUGHPUT`) and in bytes/s (`DCGM_FI_PROF_PCIE_TX_BYTES`/`_RX_BYTES`
   = KB/s × 1024). An idle device moves nothing.
-- NVLink traffic follows utilisation on GPUs with NVLink peers (collectives such as all-reduce send
-  and receive the same volume): each link to a peer that answers carries util / 100 × 40 % of
-  25 GB/s in each direction (NVLink 3 and 4 links). `NVLINK_TX_KIB`/`NVLINK_RX_KIB` count the KiB
-  over all links since the model started (rate × dt); `DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL` is the
-  rate received plus transmitted, in MB/s. A GPU with no peers reads 0.
+- NVLink traffic follows utilisation on GPUs with NVLink peers: each direction of a link to a peer
+  that answers carries its sender's util / 100 × 40 % of 25 GB/s (NVLink 3 and 4 links), so a GPU
+  transmits by its own utilisation and receives by its peers' (what one sends, the other gets).
+  `NVLINK_TX_KIB`/`NVLINK_RX_KIB` count the KiB over all links since the model started (rate × dt);
+  `DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL` is the rate received plus transmitted, in MB/s. A GPU with no
+  peers, or with idle ones, reads what it sends.
 - `DCGM_FI_DEV_VGPU_LICENSE_STATUS` is 0: a simulated GPU is no vGPU and holds no license.
 - errors, from the fault state: each injected fault counts once (by its injection time): Xid 48
   (double-bit ECC) adds 1 to the double-bit ECC counters (volatile and aggregate) and to the
@@ -62,7 +63,7 @@ The model:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sro.devices import fields as f
@@ -139,10 +140,15 @@ def pcie_kbps(d: Device, mem_copy_util: float) -> tuple[int, int]:
     return round(rx * PCIE_TX_RATIO), rx
 
 
-def nvlink_bps(d: Device, util: float, answering: Collection[DeviceUUID]) -> float:
-    """Bytes/s a GPU sends (and receives) over its NVLinks to the peers that answer."""
-    links = sum(n for peer, n in d.nvlinks.items() if peer in answering)
-    return util / 100 * NVLINK_SHARE * NVLINK_LINK_BPS * links
+def nvlink_bps(d: Device, utils: Mapping[DeviceUUID, float]) -> tuple[float, float]:
+    """(sent, received) bytes/s over a GPU's NVLinks; `utils` has the utilisation of every GPU that
+    answers. Each direction of a link carries its sender's util / 100 × 40 % of the link's bandwidth."""
+    if d.uuid not in utils:
+        return 0.0, 0.0
+    per_link = NVLINK_SHARE * NVLINK_LINK_BPS / 100
+    peers = {peer: n for peer, n in d.nvlinks.items() if peer in utils}
+    sent = utils[d.uuid] * per_link * sum(peers.values())
+    return sent, sum(n * utils[peer] * per_link for peer, n in peers.items())
 
 
 @dataclass(frozen=True)
@@ -280,13 +286,18 @@ def step(
     nvlink = dict(state.nvlink_kib)
     readings: dict[DeviceUUID, dict[str, float]] = {}
     silent: dict[DeviceUUID, str] = {}
-    answering = {d.uuid for d in inv.devices if FALLEN_OFF_THE_BUS not in active.get(d.uuid, set())}
+    busy: dict[DeviceUUID, tuple[int, int, int]] = {}  # (util, used, reserved) of those that answer
     for d in inv.devices:
-        xids = active.get(d.uuid, set())
-        if d.uuid not in answering:
+        if FALLEN_OFF_THE_BUS in active.get(d.uuid, set()):
             silent[d.uuid] = f"Xid {FALLEN_OFF_THE_BUS}: the simulated GPU has fallen off the bus"
+        else:
+            busy[d.uuid] = _device(d, holders, loads, seed, tick, readings)
+    utils = {uuid: float(u) for uuid, (u, _, _) in busy.items()}
+    for d in inv.devices:
+        if d.uuid not in busy:
             continue
-        util, used, reserved = _device(d, holders, loads, seed, tick, readings)
+        xids = active.get(d.uuid, set())
+        util, used, reserved = busy[d.uuid]
         b = board(d.product)
         temp = IDLE_TEMP + TEMP_PER_UTIL * util + TEMP_NOISE * noise(seed, d.uuid, tick, "temp")
         power = b.power_max_w * (IDLE_POWER + (1 - IDLE_POWER) * util / 100)
@@ -294,10 +305,10 @@ def step(
         energy[d.uuid] = energy.get(d.uuid, 0.0) + power * max(dt, 0.0) * 1000
         mem_copy = round(util * MEM_COPY_SHARE)
         pcie_tx, pcie_rx = pcie_kbps(d, mem_copy)
-        link_bps = nvlink_bps(d, util, answering)
+        sent, received = nvlink_bps(d, utils)
         tx_kib, rx_kib = nvlink.get(d.uuid, (0.0, 0.0))
-        step_kib = link_bps * max(dt, 0.0) / 1024
-        nvlink[d.uuid] = (tx_kib + step_kib, rx_kib + step_kib)
+        seconds = max(dt, 0.0)
+        nvlink[d.uuid] = (tx_kib + sent * seconds / 1024, rx_kib + received * seconds / 1024)
         values: dict[str, float] = {
             f.SM_CLOCK: b.sm_clock_mhz if util > 0 else IDLE_SM_CLOCK,
             f.MEM_CLOCK: b.mem_clock_mhz,
@@ -313,7 +324,7 @@ def step(
             **_memory_readings(d.memory_mib, used, reserved),
             **{name: counters.get(d.uuid, {}).get(name, 0) for name in COUNTERS},
             f.ROW_REMAP_FAILURE: 1 if ROW_REMAP_FAILURE_XID in xids else 0,
-            f.NVLINK_BANDWIDTH_TOTAL: round(2 * link_bps / 1e6),
+            f.NVLINK_BANDWIDTH_TOTAL: round((sent + received) / 1e6),
             f.VGPU_LICENSE_STATUS: 0,
             **_ratios(util),
             f.PCIE_TX_BYTES: pcie_tx * 1024,

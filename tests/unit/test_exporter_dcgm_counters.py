@@ -265,16 +265,15 @@ class FakeNvml:
         self.now += seconds
 
 
-def nvml_backend(fake: FakeNvml, sys_root: Path) -> NvmlBackend:
-    """NvmlBackend over the fake module (its constructor would import and initialise pynvml)."""
-    backend = NvmlBackend.__new__(NvmlBackend)
-    backend.nvml, backend.sys_root, backend._lock = fake, sys_root, threading.Lock()
-    return backend
+def nvml_backend(fake: FakeNvml, sys_root: Path, monkeypatch: pytest.MonkeyPatch) -> NvmlBackend:
+    """NvmlBackend over the fake module: its constructor imports `pynvml`, and gets the fake."""
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    return NvmlBackend(sys_root=sys_root)
 
 
-def test_every_default_counter_on_the_nvml_backend(tmp: Path) -> None:
+def test_every_default_counter_on_the_nvml_backend(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeNvml()
-    backend = nvml_backend(fake, tmp)
+    backend = nvml_backend(fake, tmp, monkeypatch)
     telemetry = NvmlTelemetry(fake, clock=lambda: fake.now, sleep=fake.advance)
     c = Collector(lambda: (backend, telemetry), domain="nvidia.com", hostname="node-1", simulated=False)
     try:
@@ -339,14 +338,15 @@ def test_pcie_follows_memory_copy_and_nvlink_follows_utilisation() -> None:
     a, b = (d.uuid for d in inv.devices)
     step = simreadings.step(simreadings.SimState(), inv, {a: 2}, {}, {}, 0.0)
     busy, idle = step.readings[a], step.readings[b]
-    assert idle[f.PCIE_TX_BYTES] == idle[f.PCIE_RX_BYTES] == idle[f.NVLINK_BANDWIDTH_TOTAL] == 0
+    assert idle[f.PCIE_TX_BYTES] == idle[f.PCIE_RX_BYTES] == 0
     lane_bytes = 16 * 3938e6  # PCIe 5 x16 for compute capability 9.0
     rx_share = busy[f.PCIE_RX_BYTES] / lane_bytes
     assert rx_share == pytest.approx(busy[f.MEM_COPY_UTIL] / 100 * 0.25, rel=1e-3)
     assert busy[f.PCIE_TX_BYTES] == pytest.approx(busy[f.PCIE_RX_BYTES] / 2, abs=1024)
     assert busy[f.PCIE_RX_THROUGHPUT] * 1024 == busy[f.PCIE_RX_BYTES]  # NVML's KB/s, exactly
-    # 4 links x 25 GB/s x 40 % x util, both directions
-    assert busy[f.NVLINK_BANDWIDTH_TOTAL] == round(2 * busy[f.GPU_UTIL] / 100 * 0.4 * 25e9 * 4 / 1e6)
+    # 4 links x 25 GB/s x 40 % x util, sent by the busy GPU, received by the idle one
+    sent = busy[f.GPU_UTIL] / 100 * 0.4 * 25e9 * 4
+    assert busy[f.NVLINK_BANDWIDTH_TOTAL] == idle[f.NVLINK_BANDWIDTH_TOTAL] == round(sent / 1e6)
     assert busy[f.VGPU_LICENSE_STATUS] == 0
     lone = Inventory(
         "simulated", (Device(a, 0, 0, "/dev/x0", "0000:10:00.0", "SRO Simulated A100", 40960, "8.0"),)
@@ -361,9 +361,10 @@ def test_nvlink_counters_accumulate_and_a_lost_peer_carries_nothing() -> None:
     s1 = simreadings.step(simreadings.SimState(), inv, {a: 1}, {}, {}, 0.0)
     assert s1.readings[a][f.NVLINK_TX_KIB] == 0  # no time has passed
     s2 = simreadings.step(s1.state, inv, {a: 1}, {}, {}, 10.0)
-    rate = s2.readings[a][f.NVLINK_BANDWIDTH_TOTAL] * 1e6 / 2  # bytes/s each way
+    rate = s2.readings[a][f.NVLINK_BANDWIDTH_TOTAL] * 1e6  # bytes/s, all sent by a (b is idle)
     assert s2.readings[a][f.NVLINK_TX_KIB] == pytest.approx(rate * 10 / 1024, rel=1e-3)
-    assert s2.readings[a][f.NVLINK_RX_KIB] == s2.readings[a][f.NVLINK_TX_KIB]
+    assert s2.readings[a][f.NVLINK_RX_KIB] == s2.readings[b][f.NVLINK_TX_KIB] == 0
+    assert s2.readings[b][f.NVLINK_RX_KIB] == s2.readings[a][f.NVLINK_TX_KIB]  # what a sends, b gets
     lost = {b: Fault(xid=79, since=1.0)}
     s3 = simreadings.step(s2.state, inv, {a: 1}, {}, lost, 10.0)
     assert b in s3.silent and s3.readings[a][f.NVLINK_BANDWIDTH_TOTAL] == 0

@@ -223,3 +223,20 @@ def test_real_simulated_driver_labels(tmp_path: Path, simnvml_build: SimNvmlBuil
     r = subprocess.run([sys.executable, "-c", DISCOVER, str(host)], capture_output=True, text=True,
                        env=env, timeout=120)  # fmt: skip
     assert json.loads(r.stdout)["labels"]["nvidia.com/gpu.count"] == "1"
+
+
+def test_the_daemonset_sees_the_driver_root_and_the_nodes() -> None:
+    from sro.api.names import NAMESPACE
+    from sro.manifests import render
+
+    docs = render("discovery", namespace=NAMESPACE, image="localhost/sro:test", pull_policy="Never")
+    pod = next(d for d in docs if d["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    host_paths = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    run_nvidia = mounts["/host/run/nvidia"]  # HostRoot.at("/host").run / "nvidia/driver" is under it
+    assert host_paths[run_nvidia["name"]] == "/run/nvidia" and run_nvidia["readOnly"] is True
+    assert run_nvidia["mountPropagation"] == "HostToContainer"  # a driver container's later mount shows
+    assert host_paths[mounts["/host/dev"]["name"]] == "/dev" and mounts["/host/dev"]["readOnly"] is True
+    assert {"name": "SRO_SIMNVML_DEV_ROOT", "value": "/host/dev"} in container["env"]
+    assert pod["securityContext"]["runAsNonRoot"] is True  # still nobody, no capabilities

@@ -193,17 +193,20 @@ class Plugin:
 
     # --- health ----------------------------------------------------------------------------
     def _monitor(self, stop: threading.Event) -> None:
+        said = ""  # the failure logged last: one that persists is said once, not every retry
         while not stop.is_set():
             try:
                 for ev in self.backend.events(stop):
                     self.board.apply(ev)
             except Exception as e:  # the event source broke: fail safe, every device unhealthy
-                log.error(
-                    "health events from %s failed (%s: %s); marking every device unhealthy",
+                why = f"{type(e).__name__}: {e}"
+                log.log(
+                    logging.ERROR if why != said else logging.DEBUG,
+                    "health events from %s failed (%s); marking every device unhealthy",
                     self.backend.name,
-                    type(e).__name__,
-                    e,
+                    why,
                 )
+                said = why
                 log.debug("the health event source's failure", exc_info=True)
                 self.board.apply(
                     HealthEvent("lost", None, time.monotonic(), message=f"health source failed: {e}")

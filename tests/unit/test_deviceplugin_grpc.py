@@ -25,6 +25,13 @@ from sro.devices.simulated import SimulatedBackend
 from sro.node.deviceplugin import api_pb2, api_pb2_grpc
 from sro.node.deviceplugin.lifecycle import Plugin
 from sro.node.deviceplugin.server import socket_name
+from tests.simnvml_driver import (  # noqa: F401  (fixtures: the gpu and simulated NVML variants)
+    NvmlTarget,
+    PluginProcess,
+    nvml_target,
+    simnvml_build,
+    simnvml_driver,
+)
 
 RESOURCE = "sro.dev/simulated-gpu"
 CONFIG = "health: {recoverAfterSeconds: 0.5}\n"
@@ -345,37 +352,55 @@ def test_missing_driver_is_retried(
     assert not ready.exists()  # stopped: not ready
 
 
-@pytest.mark.gpu
-def test_nvml_plugin_against_a_fake_kubelet(tmp_path: Path) -> None:
-    """On an NVIDIA GPU machine: the real NVML backend behind the same plugin and gRPC calls."""
-    from sro.api.recipes import NVIDIA_GPU
-    from sro.devices.nvml import NvmlBackend
+NVML_UUIDS = """
+import json, sys
+from pathlib import Path
+import pynvml
+from sro.devices.nvml import preload_nvml
+if len(sys.argv) > 1:
+    preload_nvml(Path(sys.argv[1]))
+pynvml.nvmlInit()
+n = pynvml.nvmlDeviceGetCount()
+print(json.dumps([str(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))) for i in range(n)]))
+"""
 
+
+def test_nvml_plugin_against_a_fake_kubelet(
+    nvml_target: NvmlTarget,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The real NVML backend behind the same plugin and gRPC calls, on this machine's NVIDIA GPUs (the
+    `gpu` variant) and on the simulated NVIDIA driver; the plugin runs in a child process and the
+    GPUs are listed by pynvml in another (NVML is process-global)."""
+    root = [str(nvml_target.driver_root)] if nvml_target.driver_root else []
+    listed_by_nvml = nvml_target.python_child(NVML_UUIDS, *root)
+    assert listed_by_nvml.returncode == 0, listed_by_nvml.stderr
+    gpus: list[str] = json.loads(listed_by_nvml.stdout)
+    assert gpus and all(g.startswith("GPU-") for g in gpus)
     plugin_dir = tmp_path / "device-plugins"
     plugin_dir.mkdir()
     kubelet = FakeKubelet(plugin_dir)
-    backend = NvmlBackend()
-    gpus = backend.inventory().devices
-    running = Running(Plugin(NVIDIA_GPU, backend, plugin_dir, poll=0.05))
+    plugin = PluginProcess(nvml_target, plugin_dir)
     try:
-        wait_until(lambda: kubelet.requests, timeout=30)
+        wait_until(lambda: kubelet.requests or not plugin.alive(), timeout=60)
+        assert plugin.alive(), plugin.log()
         assert kubelet.requests[0].resource_name == "nvidia.com/gpu"
-        channel = grpc.insecure_channel(f"unix://{plugin_dir / socket_name('nvidia.com/gpu')}")
-        stub = api_pb2_grpc.DevicePluginStub(channel)
+        stub = plugin.stub()
         listed = next(stub.ListAndWatch(api_pb2.Empty(), timeout=10))
-        assert [d.ID for d in listed.devices] == [g.uuid for g in gpus]
+        assert [d.ID for d in listed.devices] == gpus
         assert all(d.health == "Healthy" for d in listed.devices)
         resp = stub.Allocate(
             api_pb2.AllocateRequest(
-                container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=[gpus[0].uuid])]
+                container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=[gpus[0]])]
             ),
             timeout=10,
         )
-        assert dict(resp.container_responses[0].envs) == {"NVIDIA_VISIBLE_DEVICES": gpus[0].uuid}
-        print(f"\nNVML plugin on this GPU machine: {[(g.index, g.uuid, g.product) for g in gpus]}")
+        assert dict(resp.container_responses[0].envs) == {"NVIDIA_VISIBLE_DEVICES": gpus[0]}
+        assert resp.container_responses[0].devices[0].host_path.startswith("/dev/nvidia")
+        print(f"\nNVML plugin ({'simulated' if nvml_target.simulated else 'this GPU machine'}): {gpus}")
     finally:
-        running.close()
         kubelet.stop()
+        assert plugin.stop() == 0, plugin.log()
 
 
 def test_reinstalled_driver_is_picked_up(

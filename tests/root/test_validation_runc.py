@@ -20,6 +20,12 @@ import pytest
 
 from sro.api.recipes import SIMULATED_DEVICE_LIST
 from tests.root.conftest import PYTHON, Bundle, Driver, hook_entry
+from tests.simnvml_driver import (  # noqa: F401  (fixtures: the gpu and simulated NVML variants)
+    NvmlTarget,
+    nvml_target,
+    simnvml_build,
+    simnvml_driver,
+)
 
 pytestmark = pytest.mark.root
 
@@ -95,15 +101,38 @@ def test_without_the_hook_nothing_is_there(python_bundle: Bundle, driver: Driver
     )
 
 
-@pytest.mark.gpu
-def test_nvidia_gpu_workload(python_bundle: Bundle) -> None:
-    """The same container on a real NVIDIA GPU (driver root `/`): GPU 0's node opens, nvidia-smi lists
-    it, libcuda and NVML load, and vectorAdd runs when it is on PATH."""
+def _writable_usr(bundle: Bundle) -> None:
+    """The container's /usr as an overlay over the host's: the hook's mount targets land in a temp
+    upper dir, the host's /usr is never written."""
+    upper, work = bundle.path.parent / "usr-upper", bundle.path.parent / "usr-work"
+    upper.mkdir()
+    work.mkdir()
+    overlay: dict[str, Any] = {"destination": "/usr", "type": "overlay", "source": "overlay"}
+    overlay["options"] = [f"lowerdir=/usr,upperdir={upper},workdir={work}"]
+    mounts = bundle.spec["mounts"]
+    mounts[:] = [overlay if m["destination"] == "/usr" else m for m in mounts]
+
+
+def test_nvidia_gpu_workload(python_bundle: Bundle, nvml_target: NvmlTarget) -> None:  # noqa: F811
+    """The same container with an NVIDIA driver: this machine's (driver root `/`; the `gpu` variant)
+    or the simulated NVIDIA driver (tests/simnvml_driver.py). GPU 0's node opens (ENXIO on the
+    simulated one: no kernel side), nvidia-smi lists it and NVML loads; on real hardware libcuda
+    loads and vectorAdd runs when it is on PATH, on the simulated driver both are skipped, saying so."""
     from sro.node.runtime.specedits import HookCommand
 
-    python_bundle.add_hook("prestart", HookCommand(PYTHON, ("--recipe", "nvidia-gpu")).entry("prestart"))
+    sim = nvml_target.simulated
+    roots = [*nvml_target.driver_args(), "--dev-root", str(nvml_target.dev_root)] if sim else []
+    if sim:  # the hook mounts NVML into /usr/lib/x86_64-linux-gnu: a /usr it may write, over the host's
+        _writable_usr(python_bundle)
+    options = ("--recipe", "nvidia-gpu", *roots, "--accept-envvar-unprivileged", "true")
+    python_bundle.add_hook("prestart", HookCommand(PYTHON, options).entry("prestart"))
     command = COMMAND.replace("simulated-gpu", "nvidia-gpu")
     res = python_bundle.run(command, env=["NVIDIA_VISIBLE_DEVICES=0"], timeout=300)
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert "PASS device nodes: only /dev/nvidia" in res.stdout and "(opened)" in res.stdout
-    assert "libcuda.so.1" in res.stdout and "libnvidia-ml.so.1" in res.stdout
+    out = res.stdout
+    assert res.returncode == 0, out + res.stderr
+    assert "PASS device nodes: only /dev/nvidia0 is usable" in out, out
+    assert ("(opened)" in out) != sim and ("libcuda.so.1" in out) != sim, out
+    assert "libnvidia-ml.so.1" in out, out
+    assert "PASS tool: `/usr/bin/nvidia-smi -L` lists the device: GPU 0" in out, out
+    if sim:
+        assert "SKIP cuda sample" in out, out

@@ -22,6 +22,7 @@ from sro.devices import driverstate, simulated_driver, simulated_nvidia
 from sro.devices.simnvml_format import records
 from sro.local.native import NATIVE_DIR, NativeBuildError, SimNvmlBuild
 from tests.simnvml import simnvml_build  # noqa: F401  (a fixture, asked for by name)
+from tests.simnvml_driver import child_env
 
 pytestmark = pytest.mark.root
 
@@ -224,8 +225,7 @@ backend.close()
 
 
 def _nvml(tree: Path, *gpu: str) -> dict[str, object]:
-    env = {**os.environ, "SRO_SIMNVML_DEV_ROOT": str(tree / "dev")}
-    env.pop("SRO_SIMNVML_STATE", None)  # found from the library's own place in the driver root
+    env = child_env(tree / "dev")  # the state is found from the library's place in the driver root
     r = subprocess.run(
         [PYTHON, "-c", NVML_CLIENT, str(tree / "root"), *gpu],
         capture_output=True,
@@ -254,7 +254,7 @@ def test_real_nvml_clients_read_the_simulated_driver(tree: Path, real_build: Sim
     got = _nvml(tree)
     assert got["driver"] == "550.90.07" and got["devices"] == want and got["silent"] == []
 
-    env = {**os.environ, "SRO_SIMNVML_DEV_ROOT": str(tree / "dev")}
+    env = child_env(tree / "dev")
     smi = subprocess.run([str(root / "usr/bin/nvidia-smi"), "-L"], capture_output=True, text=True, env=env)
     assert smi.returncode == 0, smi.stdout + smi.stderr
     assert [x.split(" (UUID: ")[1].rstrip(")") for x in smi.stdout.splitlines() if x.startswith("GPU ")] == [

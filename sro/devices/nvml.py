@@ -15,7 +15,7 @@ Why lost GPUs are probed: NVML has no "cleared" event, so an Xid is a point in t
 rules (`sro.devices.health`) bring the device back after a quiet period. That is right for an Xid
 the GPU survives, wrong for one it does not: a lost GPU must stay unhealthy while it is lost. So a
 GPU that NVML calls lost (at start, or after an Xid) is a sticky fault, and a lost GPU is asked
-again every event-wait round (at most `WAIT_MS`); once it answers, the fault is cleared and the
+again every event-wait round (`LOST_WAIT_MS` while one is lost); once it answers, the fault is cleared and the
 quiet period runs. NVIDIA's plugin never brings a device back (k8s-device-plugin's "no way to
 recover from the Unhealthy state"); `recoverAfterSeconds: null` keeps that behaviour here. Probing
 can only tell "lost", never "fine after an Xid" (a GPU answers NVML right after most Xids), so it
@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 NVLINK_MAX_LINKS = 18
 WAIT_MS = 1000
+LOST_WAIT_MS = 200  # the event wait while a GPU is lost: it is asked again after each
 SIMULATED_MARK = " (simulated)"  # how the simulated NVIDIA driver's NVML ends every product name
 # NVIDIA's MIG capability device nodes (/proc/driver/nvidia-caps/mig-minors, a fixed layout): for
 # the GPU of minor g, GPU instance i, compute instance c the access node's minor is
@@ -328,7 +329,7 @@ class NvmlBackend:
             yield from probe(list(handles))  # a GPU lost before we started
             while not stop.is_set():
                 try:
-                    data = nvml.nvmlEventSetWait_v2(event_set, WAIT_MS)
+                    data = nvml.nvmlEventSetWait_v2(event_set, LOST_WAIT_MS if lost else WAIT_MS)
                 except nvml.NVMLError_Timeout:
                     data = None
                 except nvml.NVMLError as e:

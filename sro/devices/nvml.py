@@ -295,7 +295,7 @@ class NvmlBackend:
         unwatched: set[DeviceUUID] = set()  # lost when registered: registered once they answer
         failing = ""  # the event wait's error while it fails ('' while it works)
 
-        def probe(uuids: Iterator[DeviceUUID] | list[DeviceUUID]) -> Iterator[HealthEvent]:
+        def probe(uuids: list[DeviceUUID]) -> Iterator[HealthEvent]:
             for uuid in uuids:
                 now_lost = self._is_lost(handles[uuid])
                 if now_lost and uuid not in lost:

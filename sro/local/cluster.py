@@ -24,7 +24,7 @@ from sro.console.progress import Progress
 from sro.local import cleanup, kubebuild, supervisor
 from sro.local.components import ApiLimits, Component, NodeFacts, admin_kubeconfig, components
 from sro.local.hollow import HollowNodes
-from sro.local.hostsetup import enable_forwarding, ensure_launcher
+from sro.local.hostsetup import enable_forwarding, ensure_launcher, share_root_mount
 from sro.local.images import ensure_base_images
 from sro.local.layout import KUBERNETES_SERVICE_IP, RUNTIME_HANDLER, Layout
 from sro.local.pki import cert_specs, ensure_pki
@@ -269,6 +269,8 @@ class LocalCluster:
         """Bring the cluster up unless it already runs healthy; returns whether anything was started."""
         if self.is_healthy() and not self._flags_changed() and not self._binaries_replaced():
             progress("Local cluster already running and healthy")
+            if share_root_mount():  # a cluster brought up before `up` did it
+                progress("Made / a shared mount (mount propagation for hostPath volumes)")
             return False
         return self.up(progress)
 
@@ -290,6 +292,8 @@ class LocalCluster:
         self.layout.admin_kubeconfig.write_text(admin_kubeconfig(self.layout))
         self.layout.admin_kubeconfig.chmod(0o600)
         enable_forwarding()
+        if share_root_mount():
+            progress("Made / a shared mount (mount propagation for hostPath volumes)")
         if ensure_launcher():
             progress(f"Wrote the pass-through launcher {RUNTIME_LAUNCHER} (runc only) for the handler")
         started: list[str] = []

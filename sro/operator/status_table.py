@@ -69,6 +69,8 @@ def node_rows(sr: SpecialResourceInfo, nodes: Sequence[NodeInfo]) -> list[tuple[
         row = details[name]
         if labels.get(validated_label(sr.name)) == "true":
             detail = f"validated since {row.get('since', '')}"
+            # what the passed validations skipped (no CUDA on a simulated driver): worth knowing
+            detail += f"; skipped {row['note']}" if row.get("note") else ""
         else:
             detail = f"{row.get('failing', '')}: {row.get('reason', '')} {row.get('message', '')}".strip(": ")
         upgrade = row.get("upgrade") or {}

@@ -21,7 +21,7 @@ from pathlib import Path
 from sro.api.names import RUNTIME_LAUNCHER, simulated_opt_in_label
 from sro.api.recipes import SIMULATED_GPU
 from sro.console.progress import Progress
-from sro.local import cleanup, kubebuild, supervisor
+from sro.local import cleanup, containerdversion, kubebuild, supervisor
 from sro.local.components import ApiLimits, Component, NodeFacts, admin_kubeconfig, components
 from sro.local.hollow import HollowNodes
 from sro.local.hostsetup import enable_forwarding, ensure_launcher, share_root_mount
@@ -138,7 +138,10 @@ class LocalCluster:
         return out
 
     def _components(self, bindir: Path) -> tuple[Component, ...]:
-        return components(self.layout, self.node, bindir, self.api_limits())
+        runtime = containerdversion.installed()  # its config asks for CDI where it reads it (>= 1.7)
+        return components(
+            self.layout, self.node, bindir, self.api_limits(), cdi=runtime is not None and runtime.reads_cdi
+        )
 
     # ---- API rate limits of the controller-manager and scheduler (scale runs) -----------------
     @property
@@ -178,6 +181,18 @@ class LocalCluster:
             return True
         procs = (supervisor.running(self.layout, c.name) for c in self._components(self.layout.bin))
         return any(p is not None and supervisor.binary_replaced(p.pid) for p in procs)
+
+    def _containerd_reconfigured(self) -> bool:
+        """Whether the running containerd read another config than `up` writes now: it reads it only
+        at start, and what it is asked for follows its version (CDI from 1.7) and sro's own changes."""
+        if supervisor.running(self.layout, "containerd") is None:
+            return False
+        comp = next(c for c in self._components(self.layout.bin) if c.name == "containerd")
+        path = self.layout.config / "containerd.toml"
+        try:
+            return path.read_text() != comp.files[path]
+        except OSError:
+            return True
 
     # ---- hollow nodes ----------------------------------------------------------------------------
     def hollow(self) -> HollowNodes:
@@ -267,7 +282,12 @@ class LocalCluster:
 
     def ensure_up(self, progress: Progress = _quiet) -> bool:
         """Bring the cluster up unless it already runs healthy; returns whether anything was started."""
-        if self.is_healthy() and not self._flags_changed() and not self._binaries_replaced():
+        if (
+            self.is_healthy()
+            and not self._flags_changed()
+            and not self._binaries_replaced()
+            and not self._containerd_reconfigured()
+        ):
             progress("Local cluster already running and healthy")
             if share_root_mount():  # a cluster brought up before `up` did it
                 progress("Made / a shared mount (mount propagation for hostPath volumes)")
@@ -299,16 +319,20 @@ class LocalCluster:
         started: list[str] = []
         try:
             changed = self._flags_changed()
+            reconfigured = self._containerd_reconfigured()
             for comp in self._components(self.layout.bin):
                 if comp.name in changed:
                     flags = " ".join(self.api_limits().flags()) or "the default API rate limits"
                     progress(f"{comp.name}: restarting with {flags}")
                     supervisor.stop(self.layout, comp.name)
                 elif (proc := supervisor.running(self.layout, comp.name)) is not None:
-                    if not supervisor.binary_replaced(proc.pid):
+                    if supervisor.binary_replaced(proc.pid):  # rebuilt, or upgraded (containerd)
+                        progress(f"{comp.name}: restarting on its new binary")
+                    elif comp.name == "containerd" and reconfigured:
+                        progress(f"{comp.name}: restarting with its new config")
+                    else:
                         self._wait_healthy(comp, progress, already=True)
                         continue
-                    progress(f"{comp.name}: restarting on its rebuilt binary")
                     supervisor.stop(self.layout, comp.name)
                 if supervisor.stale_pidfile(self.layout, comp.name):
                     progress(f"{comp.name}: removing the stale pid file of an earlier run")

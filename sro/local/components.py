@@ -116,7 +116,28 @@ def kubeconfig(server: str, pki: Path, cert: str, user: str) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
-def containerd_config(layout: Layout) -> str:
+# Where containerd >= 1.7 reads CDI specs: sro's runtime state writes the node's under /var/run/cdi
+# (gone at reboot, like the devices it names), an admin's static ones go to /etc/cdi.
+CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
+
+
+def _cdi_settings(cdi: bool) -> str:
+    if not cdi:
+        return "  # containerd < 1.7 reads no CDI specs: devices reach containers through the sro handler's hook\n"
+    dirs = ", ".join(f'"{d}"' for d in CDI_SPEC_DIRS)
+    return (
+        "  # containerd >= 1.7: CDI devices named by the device plugin (cdi.k8s.io/ annotations)\n"
+        f"  enable_cdi = true\n  cdi_spec_dirs = [{dirs}]\n"
+    )
+
+
+def containerd_config(layout: Layout, cdi: bool = False) -> str:
+    """containerd's config (version 2: 1.6 and 1.7 read it); `cdi` when the binary reads CDI specs.
+
+    Nothing here is deprecated in 1.7 (`ctr deprecations list` names only the CRI v1alpha2 API,
+    which kubelet 1.20 speaks and 1.7 still serves): runc's cgroup driver is the runtime option
+    `SystemdCgroup`, not the CRI plugin's `systemd_cgroup`, and no registry mirrors are set.
+    """
     # TOML written by hand: the structure is fixed and small, and it avoids a TOML dependency.
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     return f"""version = 2
@@ -130,8 +151,7 @@ state = "{layout.containerd_state}"
   sandbox_image = "{PAUSE_IMAGE}"
   # This VM lacks CAP_SYS_RESOURCE: negative oom_score_adj writes would fail every container start.
   restrict_oom_score_adj = true
-  enable_cdi = false
-
+{_cdi_settings(cdi)}
 [{cri}.containerd]
   default_runtime_name = "runc"
   snapshotter = "overlayfs"
@@ -182,9 +202,10 @@ def cni_conflist() -> str:
 
 
 def components(
-    layout: Layout, node: NodeFacts, bindir: Path, limits: ApiLimits = ApiLimits()
+    layout: Layout, node: NodeFacts, bindir: Path, limits: ApiLimits = ApiLimits(), cdi: bool = False
 ) -> tuple[Component, ...]:
-    """Every daemon, in start order (each depends only on those before it)."""
+    """Every daemon, in start order (each depends only on those before it); `cdi`: containerd reads
+    CDI specs (>= 1.7, see containerdversion)."""
     pki, p, cfg = layout.pki, layout.ports, layout.config
     api = f"https://127.0.0.1:{p.apiserver}"
 
@@ -233,7 +254,7 @@ def components(
         ("/usr/bin/containerd", f"--config={cfg / 'containerd.toml'}"),
         Health(socket=layout.containerd_socket),
         files={
-            cfg / "containerd.toml": containerd_config(layout),
+            cfg / "containerd.toml": containerd_config(layout, cdi),
             layout.cni_conf_dir / "10-sro.conflist": cni_conflist(),
         },
     )

@@ -30,6 +30,9 @@ from typing import Any
 
 import yaml
 
+from sro.local.prometheus import scrape_job
+from sro.local.scrapetargets import endpoints_targets as endpoints_targets  # re-exported for the tests
+
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 REPO = Path(__file__).resolve().parents[1]
@@ -299,56 +302,15 @@ def exposition_metrics(text: str) -> frozenset[str]:
 # --- kubernetes service discovery, for a Prometheus built without it ---------------------------------
 # Debian's prometheus 2.42 has no kubernetes_sd_configs. The shipped scrape job (scrape/sro-exporter.yaml)
 # is run with file_sd instead, fed the labels kubernetes_sd's `endpoints` role gives for the same
-# Service and Endpoints objects, so its relabelling is what Prometheus really applies.
+# Service and Endpoints objects, so its relabelling is what Prometheus really applies. The product does
+# the same for the local cluster's Prometheus (sro/local/scrapetargets.py, sro/local/prometheus.py):
+# the tests use its code, so what they check is what `sro local up --prometheus` runs.
 
 SCRAPE_JOB = MONITORING / "scrape" / "sro-exporter.yaml"
-_INVALID = re.compile(r"[^a-zA-Z0-9_]")
-
-
-def _sanitize(name: str) -> str:
-    return _INVALID.sub("_", name)
-
-
-def endpoints_targets(service: Mapping[str, Any], endpoints: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The target groups of kubernetes_sd (role: endpoints) for one Service and its Endpoints."""
-    md = service["metadata"]
-    common = {
-        "__meta_kubernetes_namespace": md.get("namespace", ""),
-        "__meta_kubernetes_service_name": md["name"],
-    }
-    for key, value in (md.get("labels") or {}).items():
-        common[f"__meta_kubernetes_service_label_{_sanitize(key)}"] = value
-        common[f"__meta_kubernetes_service_labelpresent_{_sanitize(key)}"] = "true"
-    for key, value in (md.get("annotations") or {}).items():
-        common[f"__meta_kubernetes_service_annotation_{_sanitize(key)}"] = value
-        common[f"__meta_kubernetes_service_annotationpresent_{_sanitize(key)}"] = "true"
-    targets = []
-    for subset in endpoints.get("subsets") or []:
-        for ready, key in (("true", "addresses"), ("false", "notReadyAddresses")):
-            for addr in subset.get(key) or []:
-                for port in subset.get("ports") or []:
-                    labels = dict(common)
-                    labels["__address__"] = f"{addr['ip']}:{port['port']}"
-                    labels["__meta_kubernetes_endpoint_port_name"] = port.get("name", "")
-                    labels["__meta_kubernetes_endpoint_port_protocol"] = port.get("protocol", "TCP")
-                    labels["__meta_kubernetes_endpoint_ready"] = ready
-                    if addr.get("nodeName"):
-                        labels["__meta_kubernetes_endpoint_node_name"] = addr["nodeName"]
-                        labels["__meta_kubernetes_pod_node_name"] = addr["nodeName"]
-                    ref = addr.get("targetRef") or {}
-                    if ref.get("kind") == "Pod":
-                        labels["__meta_kubernetes_pod_name"] = ref["name"]
-                        labels["__meta_kubernetes_pod_ip"] = addr["ip"]
-                    targets.append({"targets": [labels.pop("__address__")], "labels": labels})
-    return targets
 
 
 def shipped_scrape_job(sd_file: Path, interval: str = "1s") -> dict[str, Any]:
     """scrape/sro-exporter.yaml with its kubernetes_sd swapped for a file_sd reading `sd_file`."""
-    (job,) = yaml.safe_load(SCRAPE_JOB.read_text())
-    assert "kubernetes_sd_configs" in job
-    job = dict(job)
-    del job["kubernetes_sd_configs"]
-    job["file_sd_configs"] = [{"files": [str(sd_file)], "refresh_interval": interval}]
-    job["scrape_interval"] = job["scrape_timeout"] = interval
+    job = scrape_job(sd_file, interval)
+    job["file_sd_configs"][0]["refresh_interval"] = interval
     return job

@@ -21,7 +21,7 @@ from pathlib import Path
 from sro.api.names import RUNTIME_LAUNCHER, simulated_opt_in_label
 from sro.api.recipes import SIMULATED_GPU
 from sro.console.progress import Progress
-from sro.local import cleanup, containerdversion, kubebuild, supervisor
+from sro.local import cleanup, containerdversion, kubebuild, prometheus, supervisor
 from sro.local.components import ApiLimits, Component, NodeFacts, admin_kubeconfig, components
 from sro.local.hollow import HollowNodes
 from sro.local.hostsetup import enable_forwarding, ensure_launcher, share_root_mount
@@ -137,7 +137,13 @@ class LocalCluster:
             raise ClusterError(f"kubectl {' '.join(args)} failed: {out.stderr.strip() or out.stdout.strip()}")
         return out
 
-    def _components(self, bindir: Path) -> tuple[Component, ...]:
+    def _components(self, bindir: Path, everything: bool = False) -> tuple[Component, ...]:
+        """The daemons `up` runs, in start order: the cluster's, then Prometheus and its targets loop
+        where `up --prometheus` asked for them (`everything`: asked or not, for `down`)."""
+        extra = prometheus.components(self.layout) if everything or prometheus.wanted(self.layout) else ()
+        return self._cluster_components(bindir) + extra
+
+    def _cluster_components(self, bindir: Path) -> tuple[Component, ...]:
         runtime = containerdversion.installed()  # its config asks for CDI where it reads it (>= 1.7)
         return components(
             self.layout, self.node, bindir, self.api_limits(), cdi=runtime is not None and runtime.reads_cdi
@@ -256,7 +262,8 @@ class LocalCluster:
     def preflight(self) -> None:
         if os.geteuid() != 0:
             raise ClusterError("sro local up needs root (it runs containerd, a kubelet and mounts)")
-        missing = sorted({pkg for path, pkg in PREREQUISITES.items() if not Path(path).exists()})
+        needed = PREREQUISITES | (prometheus.PREREQUISITES if prometheus.wanted(self.layout) else {})
+        missing = sorted({pkg for path, pkg in needed.items() if not Path(path).exists()})
         if missing:
             raise ClusterError(
                 f"missing Debian packages: {' '.join(missing)}. Install them with "
@@ -272,7 +279,7 @@ class LocalCluster:
                     "leftover of an earlier run, run `sro local down` first"
                 )
         exe = comp.argv[0]
-        others = supervisor.pids_of(exe)
+        others = supervisor.pids_of(exe) if comp.exclusive else []
         if others:
             pids = " ".join(map(str, others))
             raise ClusterError(
@@ -417,7 +424,7 @@ class LocalCluster:
     # ---- down --------------------------------------------------------------------------------
     def down(self, purge: bool = False, progress: Progress = _quiet) -> None:
         """Stop the daemons in reverse start order; containers go while containerd can still kill them."""
-        comps = self._components(self.layout.bin)
+        comps = self._components(self.layout.bin, everything=True)
         # hollow nodes first, while the API server can still delete their Node objects
         api_up = supervisor.running(self.layout, "kube-apiserver") is not None
         self.hollow().stop(progress, delete_nodes=api_up)

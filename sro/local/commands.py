@@ -13,6 +13,7 @@ from rich.table import Table
 
 from sro.console import progress
 from sro.console.progress import Progress
+from sro.local import prometheus as local_prometheus
 from sro.local.cluster import ClusterError, LocalCluster
 from sro.local.hollowconfig import DEFAULT_CONFIG, HollowConfigError, parse_config
 from sro.local.images import ImageError
@@ -72,11 +73,18 @@ def local(ctx: click.Context) -> None:
     default=None,
     help="Their API request burst (0: their defaults, 30 and 100).",
 )
+@click.option(
+    "--prometheus/--no-prometheus",
+    default=None,
+    help="Run Prometheus (Debian's) beside the cluster on 127.0.0.1:9090, scraping sro's exporters and "
+    "evaluating sro's alert rules; --no-prometheus stops it. Kept until changed (default: as before).",
+)
 def up(
     hollow_nodes: int | None,
     hollow_config: Path | None,
     kube_api_qps: int | None,
     kube_api_burst: int | None,
+    prometheus: bool | None,
 ) -> None:
     """Start the cluster (idempotent: a running healthy cluster is left as it is)."""
     config_text = None
@@ -89,6 +97,8 @@ def up(
     cluster = LocalCluster.default()
     with steps("Bringing the local cluster up") as progress:
         limits = cluster.set_api_limits(kube_api_qps, kube_api_burst)
+        if prometheus is not None:
+            local_prometheus.choose(cluster.layout, prometheus, progress)
         cluster.ensure_up(progress)
         if limits.flags():
             progress(f"API rate limits: {limits.describe()}")
@@ -96,6 +106,8 @@ def up(
             names = cluster.scale_hollow(hollow_nodes, config_text, progress)
             if names:
                 progress(f"{len(names)} hollow nodes Ready: {_span(names)}")
+        if local_prometheus.wanted(cluster.layout):
+            progress(local_prometheus.describe(cluster.layout))
     click.echo('Ready. Use it with: eval "$(sro local env)"; kubectl get nodes')
 
 
@@ -119,6 +131,20 @@ def rules_server(config: Path, port: int) -> None:
     from sro.local.rulesserver import serve
 
     serve(config, port)
+
+
+@local.command("prometheus-targets", hidden=True)
+@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True)
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=Ports().prometheus_targets, show_default=True)
+def prometheus_targets(kubeconfig: Path, output: Path, port: int) -> None:
+    """Keep the local Prometheus's file_sd targets current from the exporter Services' Endpoints
+    (started by `up --prometheus`)."""
+    import asyncio
+
+    from sro.local.scrapetargets import watch
+
+    asyncio.run(watch(kubeconfig, output, port))
 
 
 @local.command()
@@ -184,6 +210,8 @@ def env() -> None:
     cluster = LocalCluster.default()
     click.echo(f"export KUBECONFIG={cluster.kubeconfig}")
     click.echo(f"export PATH={cluster.layout.bin}:$PATH")
+    if local_prometheus.wanted(cluster.layout):  # sro report and sro status ask it with no flag
+        click.echo(f"export PROMETHEUS_URL={local_prometheus.url(cluster.layout)}")
 
 
 @local.command()

@@ -54,6 +54,9 @@ class Component:
     health: Health
     files: Mapping[Path, str] = field(default_factory=dict)
     ports: tuple[int, ...] = ()
+    # Another process running argv[0] is a copy of this daemon that sro did not start (`up` refuses
+    # to start a second one). False where many run at once: Python, Prometheus.
+    exclusive: bool = True
 
 
 @dataclass(frozen=True)

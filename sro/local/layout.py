@@ -51,6 +51,8 @@ class Ports:
     proxy_metrics: int = 10249
     proxy_healthz: int = 10256
     hollow_rules: int = 10390  # the hollow nodes' failure rules server (sro local up --hollow-nodes)
+    prometheus: int = 9090  # sro local up --prometheus (Prometheus's default: `sro report` needs no URL)
+    prometheus_targets: int = 10391  # its file_sd loop's health (sro local prometheus-targets)
 
     def all(self) -> dict[str, int]:
         return dict(vars(self))

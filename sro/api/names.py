@@ -46,6 +46,10 @@ RUNTIME_ROOT: Final = "/var/lib/sro/runtime"
 RUNTIME_LAUNCHER: Final = f"{RUNTIME_ROOT}/sro-runtime"
 # The RuntimeClass (and containerd handler) whose hook injects a recipe's devices and driver files.
 RUNTIME_CLASS: Final = "sro"
+# A node agent's container of this name carries the agent's latest note (the runtime state's CDI
+# spec repairs) as its termination message: it exits to say it and is started again. The operator
+# shows the note in the node's status row and counts neither its readiness nor its restarts.
+REPORT_CONTAINER: Final = "report"
 
 # The ordered states, as the seeds name them. Each starts on a node only after the previous one is
 # ready there; `sro.dev/<sr>.<state>=ready` records it on the Node.

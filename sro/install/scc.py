@@ -108,9 +108,10 @@ OPERANDS: Final[tuple[Operand, ...]] = (
     Operand(
         "sro-runtime",
         "the runtime files: root (its host directory is root's), writes only that directory and "
-        "CRI-O's hooks.d, reads /usr, /dev and the driver root; no capability",
+        "CRI-O's hooks.d and the live CDI specs (/var/run/cdi), reads /usr, /dev and the driver root; "
+        "no capability",
         host_dir=True,
-        writable=(RUNTIME_ROOT, CRIO_HOOKS_DIR),
+        writable=(RUNTIME_ROOT, CRIO_HOOKS_DIR, "/var/run/cdi"),
         volumes=("emptyDir",),
     ),
     Operand(

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sro.api.names import DRIVER_REVISION_LABEL, STATE_LABEL
+from sro.api.names import DRIVER_REVISION_LABEL, REPORT_CONTAINER, STATE_LABEL
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,7 @@ class NodeInfo:
     uid: str = ""
     unschedulable: bool = False  # cordoned
     ready: bool = True  # its Ready condition is True (or not reported at all)
+    runtime: str = ""  # status.nodeInfo.containerRuntimeVersion, e.g. "containerd://1.7.24"
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,7 @@ class PodInfo:
     log: str = ""  # tail of the log, filled only for failing pods
     revision: str = ""  # driver pods: the driver revision they run
     verdict: str = ""  # a container that exited 0: its termination message (a validation's verdict)
+    report: str = ""  # the `report` container's last termination message (sro.api.names.REPORT_CONTAINER)
 
 
 @dataclass(frozen=True)
@@ -153,13 +155,14 @@ def node_from_json(doc: Mapping[str, Any]) -> NodeInfo:
         uid=md.get("uid", ""),
         unschedulable=bool(spec.get("unschedulable")),
         ready=node_ready(doc),
+        runtime=str((status.get("nodeInfo") or {}).get("containerRuntimeVersion", "")),
     )
 
 
 def _not_ready_reason(status: Mapping[str, Any]) -> tuple[str, str, int, datetime | None]:
     """(reason, message, restarts, finished_at) from a pod's status, the most telling first."""
     reason, message, restarts, finished = "", "", 0, None
-    for cs in (*status.get("initContainerStatuses", ()), *status.get("containerStatuses", ())):
+    for cs in (*status.get("initContainerStatuses", ()), *_working(status)):
         restarts += int(cs.get("restartCount", 0))
         state = cs.get("state", {})
         for key in ("waiting", "terminated"):
@@ -180,9 +183,37 @@ def _not_ready_reason(status: Mapping[str, Any]) -> tuple[str, str, int, datetim
     return reason, message, restarts, finished
 
 
+def _working(status: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The container statuses but the report container's (it comes and goes by design)."""
+    return [cs for cs in status.get("containerStatuses", ()) if cs.get("name") != REPORT_CONTAINER]
+
+
+def _ready(status: Mapping[str, Any]) -> bool:
+    """The pod's Ready condition; a pod with a report container is ready when the others are."""
+    if any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", ())):
+        return True
+    every = status.get("containerStatuses") or ()
+    working = _working(status)
+    return (
+        len(working) < len(every)
+        and status.get("phase") == "Running"
+        and bool(working)
+        and all(cs.get("ready") for cs in working)
+    )
+
+
+def _report(status: Mapping[str, Any]) -> str:
+    """The report container's newest termination message (running again: its last state's)."""
+    for cs in status.get("containerStatuses", ()):
+        if cs.get("name") == REPORT_CONTAINER:
+            done = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
+            return str((done or {}).get("message") or "").strip()
+    return ""
+
+
 def _verdict(status: Mapping[str, Any]) -> str:
     """The termination message of the first container that finished with exit code 0."""
-    for cs in status.get("containerStatuses", ()):
+    for cs in _working(status):
         done = (cs.get("state") or {}).get("terminated") or {}
         if done and done.get("exitCode", 0) == 0 and done.get("message"):
             return str(done["message"])
@@ -192,7 +223,7 @@ def _verdict(status: Mapping[str, Any]) -> str:
 def pod_from_json(doc: Mapping[str, Any], log: str = "") -> PodInfo:
     md, spec, status = doc.get("metadata", {}), doc.get("spec", {}), doc.get("status", {})
     labels = md.get("labels") or {}
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", ()))
+    ready = _ready(status)
     reason, message, restarts, finished = _not_ready_reason(status)
     node = spec.get("nodeName") or (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname", "")
     return PodInfo(
@@ -211,6 +242,7 @@ def pod_from_json(doc: Mapping[str, Any], log: str = "") -> PodInfo:
         log=log,
         revision=labels.get(DRIVER_REVISION_LABEL, ""),
         verdict=_verdict(status),
+        report=_report(status),
     )
 
 

@@ -34,6 +34,7 @@ from sro.api.names import (
 )
 from sro.api.openshift import CRIO_HOOKS_DIR
 from sro.api.recipes import SIMULATED_PERSONALITIES
+from sro.operator.cdiruntime import cdi_nodes
 from sro.operator.observed import NodeInfo, PodInfo
 from sro.operator.rendering import Context, Term, decorate, render_state, short_hash, slug
 from sro.operator.upgrade.revision import driver_revision
@@ -127,11 +128,28 @@ class DevicePluginState(DaemonSetState):
     def values(self, ctx: Context) -> dict[str, Any]:
         return {"plugin_config": ctx.spec.device_plugin_config or "version: v1", **_management_values(ctx)}
 
+    def render(self, ctx: Context, nodes: Sequence[NodeInfo], gate: Sequence[Term]) -> list[dict[str, Any]]:
+        """One DaemonSet for every node; its ConfigMap lists the nodes whose runtime reads CDI
+        (`cdiruntime`): their plugins name CDI devices unless the config names a strategy."""
+        assert self.component is not None
+        values = {**self.values(ctx), "cdi_nodes": cdi_nodes(nodes)}
+        docs = render_state(ctx, self.name, self.component, name=ctx.object_name(self.name), **values)
+        return [decorate(d, ctx, self.name, gate) for d in docs]
+
 
 class RuntimeState(DaemonSetState):
     def values(self, ctx: Context) -> dict[str, Any]:
         # OpenShift's nodes run CRI-O, which reads OCI hooks from its hooks.d (sro.node.runtime.hostinstall)
         return {"hooks_dir": CRIO_HOOKS_DIR} if ctx.openshift else {}
+
+    def readiness(self, ctx: Context, node: NodeInfo, pods: Sequence[PodInfo], now: datetime) -> Readiness:
+        """Ready as any DaemonSet state; the row's note is the pod's latest CDI spec repair (its
+        report container's, sro.node.runtime.cdikeeper), e.g. a spec someone edited by hand."""
+        verdict = super().readiness(ctx, node, pods, now)
+        if not verdict.ready:
+            return verdict
+        reports = [p.report for p in _pods_on(pods, node.name, self.name) if p.ready and p.report]
+        return Readiness(True, message=reports[0][:300]) if reports else verdict
 
 
 def driver_image(ctx: Context, node: NodeInfo) -> str:

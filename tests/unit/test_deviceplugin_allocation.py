@@ -53,9 +53,10 @@ def test_mounts_and_cdi_strategies() -> None:
     assert a.envs == {} and a.mounts == files and a.mounts[0].read_only
     # device-specs is always on, listed or not: the one allocation a pod spec cannot forge
     assert [d.host_path for d in a.devices] == ["/dev/sro-simgpu0", "/dev/sro-simgpu1", "/dev/sro-simgpuctl"]
-    names = (f"sro.dev/simulated-gpu={U[0]}", f"sro.dev/simulated-gpu={U[1]}")
+    # CDI names a GPU by its node's number, as the runtime state's live spec does (test_cdi_strategy)
+    names = ("sro.dev/simulated-gpu=0", "sro.dev/simulated-gpu=1")
     assert a.cdi_devices == names
-    assert a.annotations == {"cdi.k8s.io/sro-device-plugin_sro.dev-simulated-gpu": ",".join(names)}
+    assert a.annotations == {"cdi.k8s.io/sro-device-plugin_sro.dev_simulated-gpu": ",".join(names)}
 
 
 def test_replicas_of_one_gpu_give_it_once() -> None:

@@ -28,7 +28,11 @@ def test_least_privilege(recipe: str) -> None:
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert {"key": "CriticalAddonsOnly", "operator": "Exists"} in pod["tolerations"]
     assert "affinity" not in pod and "nodeSelector" not in pod  # the operator adds those
-    (c,) = pod["containers"]
+    c, report = pod["containers"]
+    assert report["name"] == "report" and report["securityContext"] == c["securityContext"]
+    assert [m["mountPath"] for m in report["volumeMounts"]] == ["/run/sro-runtime"]  # no host path
+    assert "--cdi-dir=/var/run/cdi" in c["command"]
+    assert "--report-file=/run/sro-runtime/report" in c["command"]
     assert c["imagePullPolicy"] == "Never"
     assert c["securityContext"] == {
         "allowPrivilegeEscalation": False,
@@ -47,7 +51,9 @@ def test_least_privilege(recipe: str) -> None:
     host = {name: v["hostPath"]["path"] for name, v in volumes.items() if "hostPath" in v}
     assert host["runtime-root"] == RUNTIME_ROOT == mounts["runtime-root"]["mountPath"]
     assert not mounts["runtime-root"].get("readOnly")
-    for name in set(host) - {"runtime-root"}:  # everything else of the host: read-only, under /host
+    assert host["cdi-specs"] == "/var/run/cdi" == mounts["cdi-specs"]["mountPath"]  # live CDI specs
+    assert not mounts["cdi-specs"].get("readOnly")
+    for name in set(host) - {"runtime-root", "cdi-specs"}:  # the rest of the host: read-only, under /host
         assert mounts[name]["readOnly"] is True and mounts[name]["mountPath"] == "/host" + host[name]
     assert "/" not in host.values() and not any(p.startswith("/run") or p == "/var" for p in host.values())
     assert "--host-root=/host" in c["command"]
@@ -65,7 +71,7 @@ def test_driver_root_python_name_and_mode_are_values() -> None:
     assert "--owner=sro-runtime-gpus" in ds["spec"]["template"]["spec"]["containers"][0]["command"]
     assert ds["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"] == "sro-runtime-gpus"
     pod = ds["spec"]["template"]["spec"]
-    (c,) = pod["containers"]
+    c, _report = pod["containers"]
     assert c["imagePullPolicy"] == "IfNotPresent"
     assert {"--driver-root=/run/nvidia/driver", "--python=/opt/python/bin/python3.11", "--mode=cdi"} <= set(
         c["command"]
@@ -85,6 +91,7 @@ def test_simulated_is_labelled_and_mounts_its_driver_root() -> None:
     assert "sro.dev/simulated" not in nv["metadata"]["labels"]
     assert {v["hostPath"]["path"] for v in nv["spec"]["template"]["spec"]["volumes"] if "hostPath" in v} == {
         RUNTIME_ROOT,
+        "/var/run/cdi",
         "/usr",
         "/dev",
     }

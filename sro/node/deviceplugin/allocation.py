@@ -9,10 +9,22 @@ time-sliced resource are refused with a message naming the id. Strategies (combi
 `mounts` (driver libraries and binaries, read-only), `cdi-annotations` and `cdi-cri` (CDI names).
 `device-specs` is always part of the answer: the device nodes the kubelet writes into the OCI spec
 from it are the only allocation the runtime hook believes for an unprivileged container.
+
+With `cdi-annotations` the runtime (containerd >= 1.7, CRI-O) gives the container what the node's
+live CDI spec lists for the names the annotation carries (`cdi.k8s.io/<plugin>_<resource>:
+<kind>=<name>[,...]`, the format of CDI's own `AnnotationKey`/`AnnotationValue`): the nodes again
+(a CDI device node replaces the kubelet's of the same path, so the container still has exactly its
+allocated nodes), the control nodes, libraries and binaries. A whole GPU is named by the number in
+its device node's name (`/dev/nvidia3` -> `3`: what the runtime state's spec names it by, from the
+nodes it finds), a MIG device by its UUID. The kubelet puts only the plugin's annotations on the
+container; a pod's own `cdi.k8s.io/*` annotations stay on the pod sandbox, where containerd does not
+look for CDI names (tests/e2e/test_cdi_containerd.py).
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -95,10 +107,44 @@ def unique_units(announced: Sequence[Announced]) -> list[Unit]:
     return list(units.values())
 
 
-def _annotation_key(prefix: str, resource: str) -> str:
-    # CDI's annotation key form: <prefix><plugin>_<device>; the name part must be a DNS-ish label
-    slug = re.sub(r"[^a-zA-Z0-9.-]+", "-", resource).strip("-")
-    return f"{prefix}{ANNOTATION_NAME}_{slug}"[:253]
+CDI_KEY_NAME_MAX = 63  # CDI's AnnotationKey: <plugin>_<device id> at most this long
+_KEY_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?")
+
+
+def annotation_key(prefix: str, resource: str) -> str:
+    """CDI's annotation key for this plugin's allocation of `resource`: `<prefix><plugin>_<id>`,
+    the id the resource name with `/` as `_` (as AnnotationKey does) and anything else CDI refuses
+    as `-`; one too long keeps a hash of the whole instead of its end. One key per resource: the
+    kubelet merges every plugin's annotations into one container's."""
+    device_id = re.sub(r"[^A-Za-z0-9_.-]+", "-", resource.replace("/", "_")).strip("-_.")
+    name = f"{ANNOTATION_NAME}_{device_id}"
+    if len(name) > CDI_KEY_NAME_MAX:
+        digest = hashlib.sha256(resource.encode()).hexdigest()[:10]
+        name = f"{name[: CDI_KEY_NAME_MAX - 11].rstrip('_.-')}-{digest}"
+    assert _KEY_NAME.fullmatch(name), name
+    return prefix + name
+
+
+def _number_in(node: str, pattern: str) -> str | None:
+    """The decimal number in `node`'s file name where `pattern` has its {index} or {minor}."""
+    prefix, sep, suffix = os.path.basename(pattern).replace("{minor}", "{index}").partition("{index}")
+    name = os.path.basename(node)
+    if not sep or not name.startswith(prefix) or not name.endswith(suffix):
+        return None
+    digits = name[len(prefix) : len(name) - len(suffix)]
+    return digits if digits.isascii() and digits.isdigit() else None
+
+
+def cdi_device_name(unit: Unit, recipe: Recipe) -> str:
+    """The name the node's live CDI spec gives `unit`: a MIG device's UUID, a GPU's node number
+    (its index when its node is not named by the recipe's pattern)."""
+    if unit.parent != unit.uuid:
+        return str(unit.uuid)
+    for node in unit.device_nodes:
+        number = _number_in(node, recipe.device_node)
+        if number is not None:
+            return str(int(number))
+    return unit.index
 
 
 def container_allocation(
@@ -123,9 +169,9 @@ def container_allocation(
         paths.extend(p for p in recipe.control_nodes if p not in paths)
         devices = [DeviceNodeSpec(p, p) for p in paths]
     mounts = tuple(driver_files) if "mounts" in strategies else ()
-    cdi_names = tuple(f"{recipe.cdi_kind}={n}" for n in names)
+    cdi_names = tuple(f"{recipe.cdi_kind}={cdi_device_name(u, recipe)}" for u in units)
     if "cdi-annotations" in strategies:
-        annotations[_annotation_key(config.cdi_annotation_prefix, plan.resource)] = ",".join(cdi_names)
+        annotations[annotation_key(config.cdi_annotation_prefix, plan.resource)] = ",".join(cdi_names)
     return ContainerAllocation(
         envs=envs,
         mounts=mounts,

@@ -44,6 +44,12 @@ BACKEND_RETRY = 10.0
     type=click.Path(path_type=Path, dir_okay=False),
     help="Exists while every resource is registered with the kubelet (a readiness probe tests it).",
 )
+@click.option(
+    "--node-name",
+    envvar="NODE_NAME",
+    default="",
+    help="This node's name: finds its runtime in runtimes.yaml beside --config (env NODE_NAME).",
+)
 @click.option("--oneshot", is_flag=True, help="Print what would be announced as JSON and exit.")
 def device_plugin(
     recipe_name: str,
@@ -53,6 +59,7 @@ def device_plugin(
     plugin_dir: Path,
     driver_root: Path | None,
     ready_file: Path | None,
+    node_name: str,
     oneshot: bool,
 ) -> None:
     """Serve the kubelet device-plugin API (v1beta1) for a recipe's devices.
@@ -68,7 +75,7 @@ def device_plugin(
         except Exception as e:  # e.g. NVML's library or driver missing
             raise click.ClickException(f"{recipe.backend} backend unavailable: {e}") from e
         try:
-            config = load_config(config_path, recipe, resource_name)
+            config = load_config(config_path, recipe, resource_name, node_name)
         except ConfigError as e:
             raise click.ClickException(str(e)) from e
         try:
@@ -135,7 +142,14 @@ def device_plugin(
             if stop.wait(BACKEND_RETRY):
                 return
     plugin = Plugin(
-        recipe, backend, plugin_dir, config_path, resource_name, driver_root, ready_file=ready_file
+        recipe,
+        backend,
+        plugin_dir,
+        config_path,
+        resource_name,
+        driver_root,
+        ready_file=ready_file,
+        node_name=node_name,
     )
     signal.signal(signal.SIGHUP, lambda signum, frame: plugin.request_restart())
     log.info(

@@ -28,6 +28,13 @@ recognise it; per-device replicas and health recovery are our additions:
 container's OCI spec from it are the one channel the runtime hook believes for an unprivileged
 container (a pod spec cannot forge them); the env var and the annotations the other strategies set
 are honoured only for privileged containers (README, "Security model").
+
+With no `deviceListStrategy` in the file, the default depends on the node's container runtime:
+`cdi-annotations` where it reads CDI specs (the runtime then gives the devices, libraries and
+binaries of the live spec the runtime state writes: no hook, no runtime class), `envvar` for the
+hook elsewhere; device-specs in both. Which nodes read CDI, the operator says in `runtimes.yaml`
+next to the config (`cdi: [node, ...]`, from each Node's containerRuntimeVersion): one DaemonSet
+serves every node, and each plugin finds its own node there by name (the downward API's).
 """
 
 from __future__ import annotations
@@ -44,6 +51,9 @@ MigStrategy = Literal["none", "single", "mixed"]
 IdStrategy = Literal["uuid", "index"]
 LIST_STRATEGIES = ("envvar", "device-specs", "mounts", "cdi-annotations", "cdi-cri")
 TRUSTED_STRATEGY = "device-specs"  # the allocation the hook believes: see the module docstring
+HOOK_STRATEGIES = ("envvar", TRUSTED_STRATEGY)  # the default where the runtime reads no CDI
+CDI_STRATEGIES = ("cdi-annotations", TRUSTED_STRATEGY)  # the default where it does
+RUNTIMES_FILE = "runtimes.yaml"  # beside the config: which nodes' runtimes read CDI
 MAX_REPLICAS = 256
 
 
@@ -76,10 +86,25 @@ class PluginConfig:
     fail_requests_greater_than_one: bool = False
 
 
-def default_config(recipe: Recipe) -> PluginConfig:
+def default_config(recipe: Recipe, cdi_runtime: bool = False) -> PluginConfig:
     """Defaults for every recipe, built-in or custom: the env var and the device nodes (the channel
-    the runtime hook believes; a plain runc gives containers the devices from it too)."""
-    return PluginConfig(resource_name=recipe.resource, list_strategies=("envvar", TRUSTED_STRATEGY))
+    the runtime hook believes; a plain runc gives containers the devices from it too), or, where
+    the node's runtime reads CDI, the CDI names and the device nodes."""
+    strategies = CDI_STRATEGIES if cdi_runtime else HOOK_STRATEGIES
+    return PluginConfig(resource_name=recipe.resource, list_strategies=strategies)
+
+
+def parse_runtimes(doc: Any) -> frozenset[str]:
+    """The node names of `runtimes.yaml` whose container runtime reads CDI specs."""
+    if doc is None:
+        return frozenset()
+    if not isinstance(doc, Mapping):
+        raise ConfigError(f"{RUNTIMES_FILE}: expected a mapping, got {type(doc).__name__}")
+    _check_known(doc, {"cdi"}, RUNTIMES_FILE)
+    nodes = doc.get("cdi") or []
+    if not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes):
+        raise ConfigError(f"{RUNTIMES_FILE}: cdi: expected a list of node names, got {nodes!r}")
+    return frozenset(nodes)
 
 
 def _mapping(doc: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
@@ -108,9 +133,10 @@ def _check_known(doc: Mapping[str, Any], known: set[str], where: str) -> None:
         raise ConfigError(f"{where or 'top level'}: unknown field(s) {unknown}; known: {sorted(known)}")
 
 
-def parse_config(doc: Any, recipe: Recipe) -> PluginConfig:
-    """A parsed YAML document (None for an empty file) -> PluginConfig over the recipe defaults."""
-    base = default_config(recipe)
+def parse_config(doc: Any, recipe: Recipe, cdi_runtime: bool = False) -> PluginConfig:
+    """A parsed YAML document (None for an empty file) -> PluginConfig over the recipe defaults
+    (for a node whose runtime reads CDI, `cdi_runtime`)."""
+    base = default_config(recipe, cdi_runtime)
     if doc is None:
         return base
     if not isinstance(doc, Mapping):

@@ -24,7 +24,14 @@ from sro.api.yamltext import load_yaml_file
 from sro.devices.health import HealthTracker
 from sro.devices.model import Backend, HealthEvent, Inventory
 from sro.node.deviceplugin import announcing, drivermounts
-from sro.node.deviceplugin.config import ConfigError, PluginConfig, default_config, parse_config
+from sro.node.deviceplugin.config import (
+    RUNTIMES_FILE,
+    ConfigError,
+    PluginConfig,
+    default_config,
+    parse_config,
+    parse_runtimes,
+)
 from sro.node.deviceplugin.core import HealthBoard, ResourceCore
 from sro.node.deviceplugin.server import KUBELET_SOCKET, PluginServer, RegistrationError, register
 
@@ -34,11 +41,18 @@ Identity = tuple[int, int]
 PRIME_SECONDS = 0.3  # the simulated backend reads its fault state at once; NVML has no history
 
 
-def load_config(path: Path | None, recipe: Recipe, resource_override: str | None = None) -> PluginConfig:
-    """Parse the config file (ConfigError naming the file and field when malformed)."""
-    config = default_config(recipe)
+def load_config(
+    path: Path | None, recipe: Recipe, resource_override: str | None = None, node_name: str = ""
+) -> PluginConfig:
+    """Parse the config file (ConfigError naming the file and field when malformed), with the
+    defaults of this node's runtime (`runtimes.yaml` beside it, when there is one)."""
+    cdi_runtime = False
+    if path is not None and node_name and (path.parent / RUNTIMES_FILE).exists():
+        cdi_nodes = load_yaml_file(path.parent / RUNTIMES_FILE, parse_runtimes, ConfigError)
+        cdi_runtime = node_name in cdi_nodes
+    config = default_config(recipe, cdi_runtime)
     if path is not None:
-        config = load_yaml_file(path, lambda doc: parse_config(doc, recipe), ConfigError)
+        config = load_yaml_file(path, lambda doc: parse_config(doc, recipe, cdi_runtime), ConfigError)
     if resource_override:
         config = replace(config, resource_name=resource_override)
     return config
@@ -73,8 +87,10 @@ class Plugin:
         liveness_every: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
         ready_file: Path | None = None,
+        node_name: str = "",
     ) -> None:
         self.recipe = recipe
+        self.node_name = node_name  # finds this node's runtime in runtimes.yaml
         self.backend = backend
         self.plugin_dir = plugin_dir
         self.kubelet_socket = plugin_dir / KUBELET_SOCKET
@@ -122,7 +138,7 @@ class Plugin:
         self._config_ident = ident
         self._next_load = now + 2.0
         try:
-            config = load_config(self.config_path, self.recipe, self.resource_override)
+            config = load_config(self.config_path, self.recipe, self.resource_override, self.node_name)
             inv = self.backend.inventory()
             plans = announcing.plan(inv, config)
         except ConfigError as e:

@@ -4,11 +4,18 @@ Why pure: a CDI spec is a contract read by containerd >= 1.7, CRI-O and podman; 
 bytes for the same driver, so it is generated from a `DriverInventory` alone and compared against
 golden files. Discovery (reading the host) happens before, in `driverfiles`.
 
-Shape (cdiVersion 0.6.0, as `nvidia-ctk cdi generate` writes it): one device per index ("0", "1",
-...) plus "all"; the common `containerEdits` carry the control nodes, read-only bind mounts of every
-library/binary/directory/firmware file found, `<VISIBLE_DEVICES>=void` (so that our legacy hook, if
-also installed, does not inject a second time) and a createContainer hook that rebuilds the
-linker cache — with an explicit env, like every hook entry we write.
+Shape (cdiVersion 0.6.0, as `nvidia-ctk cdi generate` writes it): one device per node number ("0",
+"1", ...) plus "all", and the extra names `cdidevices` finds (GPU UUIDs, MIG devices); the common
+`containerEdits` carry the control nodes, read-only bind mounts of every library/binary/directory/
+firmware file found, `<VISIBLE_DEVICES>=void` (so that our legacy hook, if also installed, does not
+inject a second time) and, when asked, a createContainer hook that rebuilds the linker cache — with
+an explicit env, like every hook entry we write.
+
+Two uses: the copy in the runtime root (`cdi/<vendor>-<class>.json`, for podman and CRI-O pointed at
+it) keeps the ldcache hook; the live spec containerd >= 1.7 reads from /var/run/cdi has none, so
+that a container named by the device plugin starts with no sro code run at all (the libraries land
+where the driver keeps them in the container's library folders; `--cdi-ldcache-hook` adds the hook
+for images whose loader does not search there).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from typing import Any
 
 from sro.api.recipes import Recipe
 from sro.node.runtime.activation import ALL, VOID, Request
+from sro.node.runtime.cdidevices import ExtraDevice
 from sro.node.runtime.inventory import DeviceNode, DriverInventory, InjectionPlan, plan
 from sro.node.runtime.specedits import HookCommand
 
@@ -59,9 +67,14 @@ def _common_edits(recipe: Recipe, common: InjectionPlan, ldcache: HookCommand | 
 
 
 def generate(
-    recipe: Recipe, inv: DriverInventory, ldcache: HookCommand | None, version: str = CDI_VERSION
+    recipe: Recipe,
+    inv: DriverInventory,
+    ldcache: HookCommand | None,
+    version: str = CDI_VERSION,
+    extra: tuple[ExtraDevice, ...] = (),
 ) -> dict[str, Any]:
-    """The CDI spec (as a dict) for every device in `inv`, every capability group included.
+    """The CDI spec (as a dict) for every device in `inv`, every capability group included, and
+    the `extra` names (their nodes: a GPU's own, or a MIG device's parent and capability node).
 
     `version` "0.5.0" is for older readers (podman 4.3): the same spec without annotations (0.6.0).
     """
@@ -72,6 +85,9 @@ def generate(
     caps = tuple(sorted(set(recipe.libraries) | set(recipe.binaries) | set(recipe.directories)))
     common = plan(Request(recipe, (), caps, "cdi"), inv)
     devices = [{"name": d.device_id, "containerEdits": {"deviceNodes": [_node(d)]}} for d in inv.devices]
+    devices += [
+        {"name": e.name, "containerEdits": {"deviceNodes": [_node(d) for d in e.nodes]}} for e in extra
+    ]
     devices.append({"name": ALL, "containerEdits": {"deviceNodes": [_node(d) for d in inv.devices]}})
     spec: dict[str, Any] = {"cdiVersion": version, "kind": recipe.cdi_kind}
     if (

@@ -225,6 +225,26 @@ def _log(message: str) -> None:
 )
 @click.option("--no-cdi", is_flag=True, help="Write no CDI specs.")
 @click.option(
+    "--cdi-dir",
+    default="",
+    help="Also write each recipe's live CDI spec (<vendor>-<class>.yaml) in this directory the "
+    "container runtime reads (containerd >= 1.7, CRI-O: /var/run/cdi); kept current with --wait.",
+)
+@click.option(
+    "--cdi-ldcache-hook",
+    is_flag=True,
+    help="Give the live CDI spec the createContainer hook that runs ldconfig (sro's Python on every "
+    "start): for images whose loader does not search the driver's library folders.",
+)
+@click.option(
+    "--report-file",
+    default=None,
+    help="With --wait: append a line here for each CDI spec repaired (the runtime pod's report).",
+)
+@click.option(
+    "--poll", type=float, default=1.0, show_default=True, help="With --wait: seconds between checks."
+)
+@click.option(
     "--crio-hooks-dir",
     default="",
     help="Also put the hooks.d entry in this directory CRI-O reads (RHCOS: /etc/containers/oci/hooks.d); "
@@ -261,6 +281,10 @@ def install_command(
     mode: str,
     stage: str,
     no_cdi: bool,
+    cdi_dir: str,
+    cdi_ldcache_hook: bool,
+    report_file: str | None,
+    poll: float,
     crio_hooks_dir: str,
     accept_envvar_unprivileged: bool,
     management_namespaces: tuple[str, ...],
@@ -276,10 +300,14 @@ def install_command(
 
     The files are shared by every recipe and owner on the node (the runtime state of each
     SpecialResource names its own --owner); the manifest records both. A pass-through launcher an
-    earlier uninstall left is replaced."""
+    earlier uninstall left is replaced.
+
+    With --cdi-dir, each recipe's live CDI spec goes there too; with --wait, the specs are kept
+    current (devices added or gone, MIG layout, driver upgrade) and repaired when removed or
+    edited by hand (sro.node.runtime.cdikeeper), until SIGTERM."""
     import signal
 
-    from sro.node.runtime import hostinstall
+    from sro.node.runtime import cdikeeper, hostinstall
     from sro.node.runtime.hook import DEFAULT_MANAGEMENT_NAMESPACES
     from sro.node.runtime.rootmanifest import InstallError, Settings
     from sro.node.runtime.wrapper import RUNC
@@ -300,18 +328,29 @@ def install_command(
             crio_hooks_dir=crio_hooks_dir,
             accept_envvar_unprivileged=accept_envvar_unprivileged,
             management_namespaces=",".join(management_namespaces or DEFAULT_MANAGEMENT_NAMESPACES),
+            cdi_dir="" if no_cdi else os.path.normpath(cdi_dir) if cdi_dir else "",
+            cdi_ldcache=cdi_ldcache_hook,
         )
         recipes = dict.fromkeys(names, driver_root)
-        hostinstall.install(root, recipes, settings, host_root, not no_cdi, log=_log, owner=owner)
+        done = hostinstall.install(root, recipes, settings, host_root, not no_cdi, log=_log, owner=owner)
     except InstallError as e:
         raise click.ClickException(str(e)) from None
+    keeper = cdikeeper.Keeper(root, host_root, _log, report_file)
+    if done.repaired:
+        keeper.say(done.repaired)
     _log(f"installed the runtime files for {', '.join(names)} in {root}")
     if ready_file:
         with open(ready_file, "w") as f:
             f.write("ready\n")
     if not wait:
         return
-    sig = signal.sigwait(stop)
+    keeper.start()
+    while True:  # keep the CDI specs current until told to stop
+        info = signal.sigtimedwait(stop, max(poll, 0.05))
+        if info is not None:
+            sig = info.si_signo
+            break
+        keeper.tick()
     _log(f"{signal.Signals(sig).name}: removing the runtime files of {', '.join(names)}")
     try:
         hostinstall.uninstall(root, names, log=_log, owner=owner)

@@ -52,7 +52,7 @@ from dataclasses import asdict, replace
 from sro.api import passthrough
 from sro.api.names import RUNTIME_LAUNCHER
 from sro.api.recipes import BUILTIN
-from sro.node.runtime import bundling, cdi, launcher, specedits
+from sro.node.runtime import bundling, cdi, cdidevices, launcher, specedits
 from sro.node.runtime.hostpaths import host_inventory, on_host
 from sro.node.runtime.hostpython import check_live_hook_python, check_python, try_python
 from sro.node.runtime.rootmanifest import (
@@ -65,7 +65,7 @@ from sro.node.runtime.rootmanifest import (
     Manifest,
     Settings,
 )
-from sro.node.runtime.rootwrites import RootLock, apply_files, read_manifest, write_atomic
+from sro.node.runtime.rootwrites import RootLock, apply_files, read_manifest, sha256, write_atomic
 
 LAUNCHER_NAME = os.path.basename(RUNTIME_LAUNCHER)
 CDI_DIR = "cdi"
@@ -93,35 +93,124 @@ def _json(doc: object) -> bytes:
     return (json.dumps(doc, indent=2) + "\n").encode()
 
 
+def _hooks_entry(settings: Settings, recipes: Mapping[str, str | None]) -> File:
+    opts = hook_options(recipes, settings.dev_root) + settings.trust_options
+    cmd = specedits.HookCommand(settings.python, tuple(opts), root=settings.archive)
+    return File(_json(specedits.hooks_d(cmd, settings.stage)))
+
+
 def shared_files(settings: Settings, recipes: Mapping[str, str | None]) -> dict[str, File]:
     """The zipapp, the launcher and the hooks.d entry for `recipes` (pure)."""
     opts = hook_options(recipes, settings.dev_root) + settings.trust_options
     text = launcher.render(settings.python, settings.runc, settings.mode, opts, root=settings.archive)
-    cmd = specedits.HookCommand(settings.python, tuple(opts), root=settings.archive)
     return {
         bundling.ARCHIVE_NAME: File(bundling.build(settings.archive)),
         LAUNCHER_NAME: File(text.encode(), 0o755),
-        HOOKS_D_FILE: File(_json(specedits.hooks_d(cmd, settings.stage))),
+        HOOKS_D_FILE: _hooks_entry(settings, recipes),
     }
 
 
-def cdi_file(
+def refresh(root: str, host_root: str = "/", log: Log = _quiet) -> Manifest | None:
+    """One keeper pass (`install --wait`): the CDI specs of every recipe installed in `root` made
+    again from the node's devices now, written where they differ (a device gone or added, a MIG
+    layout, a driver upgrade; a spec removed or edited by hand: `repaired` says which), the rest of
+    the files left as the manifest has them. None when nothing is installed there any more."""
+    with RootLock(root):
+        old = read_manifest(root)
+        if old is None or not old.recipes:
+            return None
+        settings = old.settings
+        files: dict[str, File | None] = dict.fromkeys((bundling.ARCHIVE_NAME, LAUNCHER_NAME))
+        files[HOOKS_D_FILE] = _hooks_entry(settings, old.recipes)
+        live = external_files(settings, files)
+        notes: list[str] = []
+        with_cdi = bool(settings.cdi_dir) or any(p.startswith(f"{CDI_DIR}/") for p in old.files)
+        for name, driver_root in sorted(old.recipes.items()):
+            if with_cdi and name in BUILTIN:
+                made, external, said = cdi_files(settings, name, driver_root, host_root)
+                files.update(made)
+                live.update(external)
+                notes += said
+        repairs = cdi_repairs(old, live)
+        for r in repairs:
+            log(f"repairing {r}")
+        for note in sorted(set(notes) - set(old.notes)):
+            log(note)
+        new = Manifest(settings, old.recipes, {}, tuple(notes), old.owners)
+        done = apply_files(root, old, new, files, _changes_only(log), live)
+        return replace(done, repaired=tuple(repairs))
+
+
+def _changes_only(log: Log) -> Log:
+    def say(message: str) -> None:
+        if not message.startswith("unchanged "):
+            log(message)
+
+    return say
+
+
+def cdi_files(
     settings: Settings, name: str, driver_root: str | None, host_root: str
-) -> tuple[str, File] | str:
-    """(path, file) of the recipe's CDI spec, or why it has none (no devices on this node)."""
+) -> tuple[dict[str, File], dict[str, File], tuple[str, ...]]:
+    """The recipe's CDI specs: (root copy by relative path, live spec by absolute path, notes).
+
+    The root copy (JSON, with the ldcache hook) is for podman and CRI-O pointed at the root; the
+    live one (YAML, in `settings.cdi_dir`, no hook unless `cdi_ldcache`) is what containerd and
+    CRI-O apply for the device plugin's CDI names. A recipe with no devices here has neither, and a
+    note that says why."""
     recipe = BUILTIN[name]
     opts = ["--recipe", name] + (["--driver-root", driver_root] if driver_root else [])
     ldcache = specedits.HookCommand(settings.python, tuple(opts), root=settings.archive)
+    root = driver_root or recipe.driver_root
     try:
         inv = host_inventory(recipe, driver_root, settings.dev_root, host_root)
-        spec = cdi.generate(recipe, inv, ldcache)
+        listed = cdidevices.read_device_list(on_host(host_root, root))
+        proc = cdidevices.read_proc_uuids(host_root) if listed is None else {}
+        extra, notes = cdidevices.extra_devices(inv, listed, proc, host_root, settings.dev_root)
+        spec = cdi.generate(recipe, inv, ldcache, extra=extra)
+        live = cdi.generate(recipe, inv, ldcache if settings.cdi_ldcache else None, extra=extra)
     except (cdi.CDIError, InstallError, ValueError) as e:
-        return f"{name}: no CDI spec ({e})"
-    return f"{CDI_DIR}/{cdi.spec_file_name(recipe, 'json')}", File(cdi.dumps(spec, "json").encode())
+        return {}, {}, (f"{name}: no CDI spec ({e})",)
+    rel = f"{CDI_DIR}/{cdi.spec_file_name(recipe, 'json')}"
+    files = {rel: File(cdi.dumps(spec, "json").encode())}
+    external = {}
+    if settings.cdi_dir:
+        path = os.path.join(settings.cdi_dir, cdi.spec_file_name(recipe, "yaml"))
+        external[path] = File(cdi.dumps(live, "yaml").encode())
+    return files, external, tuple(f"{name}: {n}" for n in notes)
+
+
+def cdi_repairs(old: Manifest | None, live: Mapping[str, File]) -> list[str]:
+    """Why each live CDI spec the old manifest lists is about to be rewritten though sro did not
+    change it (removed, or changed by someone else): what the runtime state reports as repaired.
+    A spec sro wrote and the node's devices changed since is an update, not a repair."""
+    if old is None:
+        return []
+    out = []
+    for path, f in sorted(live.items()):
+        meta = old.external.get(path)
+        if meta is None:
+            continue
+        try:
+            with open(path, "rb") as fh:
+                data: bytes | None = fh.read()
+        except FileNotFoundError:
+            data = None
+        except OSError as e:
+            out.append(f"{path}: unreadable ({e.strerror})")
+            continue
+        if data == f.data:
+            continue
+        if data is None:
+            out.append(f"{path}: removed")
+        elif sha256(data) != meta.get("sha256"):
+            out.append(f"{path}: changed since sro wrote it")
+    return out
 
 
 def external_files(settings: Settings, shared: Mapping[str, File | None]) -> dict[str, File]:
-    """The live hooks.d entry in CRI-O's directory (absolute path -> the same file as ours), if asked."""
+    """The live hooks.d entry in CRI-O's directory (absolute path -> the same file as ours), if asked.
+    (The live CDI specs are external too: `cdi_files`.)"""
     entry = shared.get(HOOKS_D_FILE)
     if not settings.crio_hooks_dir or entry is None:
         return {}
@@ -166,17 +255,22 @@ def install(
             if tag != bundling.CACHE_TAG:
                 log(f"note: {settings.python} is {tag}; the bundled bytecode is {bundling.CACHE_TAG}")
         notes: list[str] = []
+        live = external_files(settings, files)
         for name, driver_root in sorted(merged.items()):
             if not with_cdi:
                 continue
-            made = cdi_file(settings, name, driver_root, host_root)
-            if isinstance(made, str):
-                notes.append(made)
-                log(made)
-            else:
-                files[made[0]] = made[1]
-        live = external_files(settings, files)
-        return apply_files(root, old, Manifest(settings, merged, {}, tuple(notes), owners), files, log, live)
+            made, external, said = cdi_files(settings, name, driver_root, host_root)
+            files.update(made)
+            live.update(external)
+            notes += said
+            for note in said:  # why a spec is missing, every time; what it lacks, once
+                if "no CDI spec" in note or old is None or note not in old.notes:
+                    log(note)
+        repairs = cdi_repairs(old, live)
+        for r in repairs:
+            log(f"repairing {r}")
+        done = apply_files(root, old, Manifest(settings, merged, {}, tuple(notes), owners), files, log, live)
+        return replace(done, repaired=tuple(repairs))
 
 
 def _checked_archive(root: str, settings: Settings, archive: File | None) -> str:
@@ -217,6 +311,24 @@ def _purge_passthrough(root: str, log: Log) -> None:
         log(f"removed {path}")
     else:
         log(f"left {path}: not a launcher sro wrote")
+
+
+def _kept_live_specs(old: Manifest, left: Mapping[str, str | None]) -> dict[str, File]:
+    """The live CDI specs of the recipes that stay, as they are on disk now (their keeper, the
+    runtime state of another owner, refreshes them)."""
+    out = {}
+    for name in left:
+        if name not in BUILTIN:
+            continue
+        path = os.path.join(old.settings.cdi_dir, cdi.spec_file_name(BUILTIN[name], "yaml"))
+        if path not in old.external:
+            continue
+        try:
+            with open(path, "rb") as f:
+                out[path] = File(f.read())
+        except OSError:
+            continue
+    return out
 
 
 def uninstall(
@@ -265,4 +377,6 @@ def uninstall(
             old = replace(old, files={k: v for k, v in old.files.items() if k != LAUNCHER_NAME})
         notes = tuple(n for n in old.notes if n.split(":", 1)[0] in left)
         live = external_files(old.settings, files)
+        if left and old.settings.cdi_dir:
+            live.update(_kept_live_specs(old, left))
         return apply_files(root, old, Manifest(old.settings, left, {}, notes, owners), files, log, live)

@@ -51,6 +51,10 @@ class Settings:
     accept_envvar_unprivileged: bool = False
     # comma-separated: where SRO_MANAGEMENT_DEVICES is honoured (the operator's namespace)
     management_namespaces: str = ",".join(DEFAULT_MANAGEMENT_NAMESPACES)
+    # where the container runtime reads CDI specs (containerd >= 1.7, CRI-O: /var/run/cdi): each
+    # recipe's live spec goes there, "" for none; with `cdi_ldcache` it runs the ldcache hook
+    cdi_dir: str = ""
+    cdi_ldcache: bool = False
 
     def __post_init__(self) -> None:
         for what, path in (("--python", self.python), ("--runc", self.runc), ("the host dir", self.host_dir)):
@@ -63,6 +67,12 @@ class Settings:
             raise InstallError(
                 f"--crio-hooks-dir must be a normalised absolute path, got {self.crio_hooks_dir!r}"
             )
+        if self.cdi_dir and (
+            not os.path.isabs(self.cdi_dir) or os.path.normpath(self.cdi_dir) != self.cdi_dir
+        ):
+            raise InstallError(f"--cdi-dir must be a normalised absolute path, got {self.cdi_dir!r}")
+        if not isinstance(self.cdi_ldcache, bool):
+            raise InstallError(f"cdiLdcache must be true or false, got {self.cdi_ldcache!r}")
         if self.mode not in MODES:
             raise InstallError(f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         if self.stage not in STAGES:
@@ -100,6 +110,8 @@ _CAMEL |= {"dev_root": "devRoot", "stage": "stage", "crio_hooks_dir": "crioHooks
 _CAMEL |= {
     "accept_envvar_unprivileged": "acceptEnvvarUnprivileged",
     "management_namespaces": "managementNamespaces",
+    "cdi_dir": "cdiDir",
+    "cdi_ldcache": "cdiLdcache",
 }
 _SNAKE = {v: k for k, v in _CAMEL.items()}
 
@@ -115,6 +127,7 @@ class Manifest:
     notes: tuple[str, ...] = ()  # e.g. why a recipe has no CDI spec
     owners: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # recipe -> who installed it
     external: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # absolute path -> meta
+    repaired: tuple[str, ...] = ()  # what this install found broken and rewrote (never stored)
 
     def to_json(self) -> str:
         doc = {
@@ -152,7 +165,10 @@ class Manifest:
             _check_external(path)
         raw = {_SNAKE[k]: v for k, v in doc["settings"].items() if k in _SNAKE}
         accept = raw.pop("accept_envvar_unprivileged", False) is True  # only a JSON true is true
-        settings = Settings(**{k: str(v) for k, v in raw.items()}, accept_envvar_unprivileged=accept)
+        ldcache = raw.pop("cdi_ldcache", False) is True
+        settings = Settings(
+            **{k: str(v) for k, v in raw.items()}, accept_envvar_unprivileged=accept, cdi_ldcache=ldcache
+        )
         notes = tuple(str(n) for n in doc.get("notes", ()))
         return cls(settings, recipes, files, notes, owners, external)
 
@@ -170,10 +186,21 @@ def _check_relative(path: str) -> str:
     return path
 
 
+# a live CDI spec's file name: <vendor>-<class>.yaml (sro.node.runtime.cdi.spec_file_name)
+CDI_SPEC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]*-[A-Za-z0-9][A-Za-z0-9._-]*\.yaml")
+
+
 def _check_external(path: str) -> str:
-    """An external file must be a hooks.d entry of ours: the manifest never names any other file."""
-    if not os.path.isabs(path) or os.path.normpath(path) != path or os.path.basename(path) != HOOKS_D_NAME:
+    """An external file must be a hooks.d entry or a live CDI spec of ours: the manifest never
+    names any other file."""
+    name = os.path.basename(path)
+    if (
+        not os.path.isabs(path)
+        or os.path.normpath(path) != path
+        or (name != HOOKS_D_NAME and not CDI_SPEC_NAME.fullmatch(name))
+    ):
         raise ValueError(
-            f"manifest lists the external file {path!r}: not a {HOOKS_D_NAME} at an absolute path"
+            f"manifest lists the external file {path!r}: not a {HOOKS_D_NAME} or a CDI spec "
+            "at an absolute path"
         )
     return path

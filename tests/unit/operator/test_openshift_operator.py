@@ -24,7 +24,7 @@ def _runtime(openshift: bool) -> dict[str, Any]:
 
 def test_runtime_state_writes_crio_hooks_d_on_openshift_only() -> None:
     pod = _runtime(openshift=True)
-    (c,) = pod["containers"]
+    c = pod["containers"][0]  # the second is the report container
     assert f"--crio-hooks-dir={CRIO_HOOKS_DIR}" in c["command"]
     mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
     assert not mounts[CRIO_HOOKS_DIR].get("readOnly")

@@ -150,7 +150,8 @@ def test_spec_strings_arrive_as_data_in_every_field(recipe: str) -> None:
             assert c["args"][-2:] == [nasty(f"{fld}.args0"), nasty(f"{fld}.args1")]
             assert {"name": "E1", "value": nasty(f"{fld}.env")} in c["env"]
     cm = next(o for o in by_state["device-plugin"] if o["kind"] == "ConfigMap")
-    assert list(cm["data"].values()) == [nasty("devicePlugin.config") + "\n"]
+    assert cm["data"]["config.yaml"] == nasty("devicePlugin.config") + "\n"
+    assert sorted(cm["data"]) == ["config.yaml", "runtimes.yaml"]  # the operator's own, beside it
     if recipe == "simulated-gpu":
         driver = next(o for o in by_state["driver"] if o["kind"] == "DaemonSet")
         assert "--driver-version=" + nasty("driver.version") in pod_spec(driver)["containers"][0]["command"]

@@ -118,7 +118,9 @@ def test_live_spec_names_node_numbers_uuids_and_mig_devices_and_runs_no_hook(tmp
     assert "hooks" not in spec["containerEdits"]
     root_copy = json.loads((tmp_path / "runtime/cdi/sro.dev-simulated-gpu.json").read_text())
     assert root_copy["containerEdits"]["hooks"][0]["hookName"] == "createContainer"
-    assert spec["containerEdits"]["env"] == ["SRO_VISIBLE_DEVICES=void"]
+    # the plugin's variable reaches the container (the root copy keeps the hook's `void`)
+    assert "env" not in spec["containerEdits"]
+    assert root_copy["containerEdits"]["env"] == ["SRO_VISIBLE_DEVICES=void"]
     assert str(tmp_path) not in (tmp_path / "cdi" / SPEC).read_text()  # host paths only
     assert str(tmp_path / "cdi" / SPEC) in m.external and m.repaired == ()
 
@@ -127,6 +129,30 @@ def test_the_ldcache_hook_is_an_option(tmp_path: Path) -> None:
     _install(tmp_path, _host(tmp_path), cdi_ldcache=True)
     hooks = _live(tmp_path)["containerEdits"]["hooks"]
     assert [h["hookName"] for h in hooks] == ["createContainer"] and "update-ldcache" in hooks[0]["args"]
+
+
+def test_a_librarys_soname_link_is_mounted_as_the_same_file(tmp_path: Path) -> None:
+    """No ldconfig runs in a CDI container: libnvidia-ml.so.1 must be there by itself."""
+    host = tmp_path / "host"
+    libdir = host / "run/nvidia/driver/usr/lib/x86_64-linux-gnu"
+    libdir.mkdir(parents=True)
+    (libdir / "libnvidia-ml.so.550.90.07").write_bytes(b"\x7fELF")
+    (libdir / "libnvidia-ml.so.1").symlink_to("libnvidia-ml.so.550.90.07")
+    (libdir / "libother.so.1").symlink_to("/elsewhere/libother.so.1")
+    (host / "dev").mkdir()
+    for name in ("nvidia0", "nvidiactl"):
+        (host / "dev" / name).symlink_to("/dev/null")
+    root = tmp_path / "runtime"
+    settings = Settings(host_dir=str(root), cdi_dir=str(tmp_path / "cdi"))
+    made, live, _ = hostinstall.cdi_files(settings, NVIDIA_GPU.name, "/run/nvidia/driver", str(host))
+    spec = yaml.safe_load(live[str(tmp_path / "cdi/nvidia.com-gpu.yaml")].data)
+    real = "/run/nvidia/driver/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.90.07"
+    mounts = {m["containerPath"]: m["hostPath"] for m in spec["containerEdits"]["mounts"]}
+    assert mounts["/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.90.07"] == real
+    assert mounts["/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"] == real
+    assert "/usr/lib/x86_64-linux-gnu/libother.so.1" not in mounts
+    (copy,) = made.values()  # the root copy relies on its ldcache hook, as before
+    assert "libnvidia-ml.so.1" not in copy.data.decode()
 
 
 def test_a_real_driver_without_a_device_list_gets_uuids_from_proc(tmp_path: Path) -> None:
@@ -222,9 +248,9 @@ def test_cdi_annotation_names_what_the_live_spec_names(tmp_path: Path) -> None:
     assert key == "cdi.k8s.io/sro-device-plugin_sro.dev_simulated-gpu"
     assert value == "sro.dev/simulated-gpu=1,sro.dev/simulated-gpu=0"
     assert {v.split("=", 1)[1] for v in value.split(",")} <= spec_names
-    # the pod still gets only its allocated nodes from the kubelet, and no env var
+    # the pod still gets only its allocated nodes from the kubelet
     assert [d.host_path for d in a.devices] == ["/dev/sro-simgpu1", "/dev/sro-simgpu0", "/dev/sro-simgpuctl"]
-    assert a.envs == {}
+    assert a.envs == {}  # as listed: cdi-annotations alone (the per-node default adds envvar)
     mig = gpu1.mig_devices[1]
     a = _alloc(inv, [mig.uuid], {"flags": {"migStrategy": "mixed", "deviceListStrategy": "cdi-annotations"}})
     ((key, value),) = a.annotations.items()
@@ -259,6 +285,7 @@ def test_a_gpu_is_named_by_its_node_number_even_where_index_and_minor_differ() -
 def test_default_strategy_follows_the_nodes_runtime_and_the_config_wins(tmp_path: Path) -> None:
     assert parse_config(None, SIMULATED_GPU).list_strategies == HOOK_STRATEGIES
     assert parse_config(None, SIMULATED_GPU, cdi_runtime=True).list_strategies == CDI_STRATEGIES
+    assert set(CDI_STRATEGIES) == {"cdi-annotations", "envvar", "device-specs"}
     explicit = {"flags": {"deviceListStrategy": ["envvar"]}}
     assert parse_config(explicit, SIMULATED_GPU, cdi_runtime=True).list_strategies == HOOK_STRATEGIES
     config = tmp_path / "config.yaml"

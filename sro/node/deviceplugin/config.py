@@ -30,9 +30,9 @@ container (a pod spec cannot forge them); the env var and the annotations the ot
 are honoured only for privileged containers (README, "Security model").
 
 With no `deviceListStrategy` in the file, the default depends on the node's container runtime:
-`cdi-annotations` where it reads CDI specs (the runtime then gives the devices, libraries and
-binaries of the live spec the runtime state writes: no hook, no runtime class), `envvar` for the
-hook elsewhere; device-specs in both. Which nodes read CDI, the operator says in `runtimes.yaml`
+`cdi-annotations` and `envvar` where it reads CDI specs (the runtime then gives the devices,
+libraries and binaries of the live spec the runtime state writes: no hook, no runtime class; the
+variable names the devices to the container), `envvar` for the hook elsewhere; device-specs in both. Which nodes read CDI, the operator says in `runtimes.yaml`
 next to the config (`cdi: [node, ...]`, from each Node's containerRuntimeVersion): one DaemonSet
 serves every node, and each plugin finds its own node there by name (the downward API's).
 """
@@ -52,7 +52,9 @@ IdStrategy = Literal["uuid", "index"]
 LIST_STRATEGIES = ("envvar", "device-specs", "mounts", "cdi-annotations", "cdi-cri")
 TRUSTED_STRATEGY = "device-specs"  # the allocation the hook believes: see the module docstring
 HOOK_STRATEGIES = ("envvar", TRUSTED_STRATEGY)  # the default where the runtime reads no CDI
-CDI_STRATEGIES = ("cdi-annotations", TRUSTED_STRATEGY)  # the default where it does
+# the default where it does: the env var too, naming the devices to the container (the live CDI
+# spec leaves it alone), as NVIDIA's tools and sro's workload validation read it
+CDI_STRATEGIES = ("envvar", "cdi-annotations", TRUSTED_STRATEGY)
 RUNTIMES_FILE = "runtimes.yaml"  # beside the config: which nodes' runtimes read CDI
 MAX_REPLICAS = 256
 

@@ -8,14 +8,15 @@ Shape (cdiVersion 0.6.0, as `nvidia-ctk cdi generate` writes it): one device per
 "1", ...) plus "all", and the extra names `cdidevices` finds (GPU UUIDs, MIG devices); the common
 `containerEdits` carry the control nodes, read-only bind mounts of every library/binary/directory/
 firmware file found, `<VISIBLE_DEVICES>=void` (so that our legacy hook, if also installed, does not
-inject a second time) and, when asked, a createContainer hook that rebuilds the linker cache — with
-an explicit env, like every hook entry we write.
+inject a second time; not in the live spec) and, when asked, a createContainer hook that rebuilds
+the linker cache — with an explicit env, like every hook entry we write.
 
 Two uses: the copy in the runtime root (`cdi/<vendor>-<class>.json`, for podman and CRI-O pointed at
 it) keeps the ldcache hook; the live spec containerd >= 1.7 reads from /var/run/cdi has none, so
-that a container named by the device plugin starts with no sro code run at all (the libraries land
-where the driver keeps them in the container's library folders; `--cdi-ldcache-hook` adds the hook
-for images whose loader does not search there).
+that a container named by the device plugin starts with no sro code run at all: the libraries land
+where the driver keeps them in the container's library folders, each also under the names its
+links have on the host (its soname), which is what ldconfig would have made; `--cdi-ldcache-hook`
+adds the hook for images whose loader does not search there.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 from sro.api.recipes import Recipe
 from sro.node.runtime.activation import ALL, VOID, Request
 from sro.node.runtime.cdidevices import ExtraDevice
-from sro.node.runtime.inventory import DeviceNode, DriverInventory, InjectionPlan, plan
+from sro.node.runtime.inventory import DeviceNode, DriverInventory, FileMount, InjectionPlan, plan
 from sro.node.runtime.specedits import HookCommand
 
 CDI_VERSION = "0.6.0"
@@ -46,8 +47,10 @@ def _node(d: DeviceNode) -> dict[str, Any]:
     return node
 
 
-def _common_edits(recipe: Recipe, common: InjectionPlan, ldcache: HookCommand | None) -> dict[str, Any]:
-    edits: dict[str, Any] = {"env": [f"{recipe.visible_devices_env}={VOID}"]}
+def _common_edits(
+    recipe: Recipe, common: InjectionPlan, ldcache: HookCommand | None, void: bool
+) -> dict[str, Any]:
+    edits: dict[str, Any] = {"env": [f"{recipe.visible_devices_env}={VOID}"]} if void else {}
     if common.device_nodes:
         edits["deviceNodes"] = [_node(d) for d in common.device_nodes]
     if common.mounts:
@@ -72,9 +75,17 @@ def generate(
     ldcache: HookCommand | None,
     version: str = CDI_VERSION,
     extra: tuple[ExtraDevice, ...] = (),
+    links: tuple[FileMount, ...] = (),
+    void: bool = True,
 ) -> dict[str, Any]:
     """The CDI spec (as a dict) for every device in `inv`, every capability group included, and
     the `extra` names (their nodes: a GPU's own, or a MIG device's parent and capability node).
+
+    `links`: a library's other names (its soname, `libnvidia-ml.so.1`) mounted from the same file,
+    for a spec with no ldcache hook to make them. `void` sets `<VISIBLE_DEVICES>=void` (the live
+    spec leaves it out: the device plugin's variable then names the container's devices, as
+    NVIDIA's tools and sro's workload validation expect, and a legacy hook of the same pod injects
+    the same allocation again, which changes nothing).
 
     `version` "0.5.0" is for older readers (podman 4.3): the same spec without annotations (0.6.0).
     """
@@ -84,6 +95,8 @@ def generate(
         raise CDIError(f"no {recipe.name} devices found (pattern {recipe.device_node}); a CDI spec needs one")
     caps = tuple(sorted(set(recipe.libraries) | set(recipe.binaries) | set(recipe.directories)))
     common = plan(Request(recipe, (), caps, "cdi"), inv)
+    if links:
+        common = common.merge(InjectionPlan(mounts=links))
     devices = [{"name": d.device_id, "containerEdits": {"deviceNodes": [_node(d)]}} for d in inv.devices]
     devices += [
         {"name": e.name, "containerEdits": {"deviceNodes": [_node(d) for d in e.nodes]}} for e in extra
@@ -95,7 +108,7 @@ def generate(
     ):  # labelled wherever it shows, so no one mistakes it for hardware
         spec["annotations"] = {"sro.dev/simulated": "true"}
     spec["devices"] = devices
-    spec["containerEdits"] = _common_edits(recipe, common, ldcache)
+    spec["containerEdits"] = _common_edits(recipe, common, ldcache, void)
     return spec
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from sro.devices.driverstate import DriverStateError, read_inventory
 from sro.devices.model import Inventory
-from sro.node.runtime.inventory import DeviceNode, DriverInventory
+from sro.node.runtime.inventory import DeviceNode, DriverInventory, FileMount
 
 PROC_GPUS = "proc/driver/nvidia/gpus"
 
@@ -144,3 +144,27 @@ def extra_devices(
         if inv.devices and not proc_uuids:
             notes.append("no device list: GPUs are named by their node number only, MIG devices not at all")
     return tuple(out), tuple(notes)
+
+
+def library_links(inv: DriverInventory, driver_root_seen: str) -> tuple[FileMount, ...]:
+    """Every other name a mounted library has in its host folder (a symlink to it: its soname,
+    `libnvidia-ml.so.1 -> libnvidia-ml.so.550.90.07`), as a mount of the same file under that name.
+
+    Why: without ldconfig in the container (the live spec runs no hook) nothing makes the soname
+    links, and the loader and dlopen look a library up by its soname. `driver_root_seen` is the
+    driver root as this process sees it; container paths are relative to it."""
+    out: list[FileMount] = []
+    for mounts in inv.libraries.values():
+        for m in mounts:
+            folder = os.path.join(driver_root_seen, os.path.dirname(m.container_path).lstrip("/"))
+            target = os.path.realpath(os.path.join(folder, os.path.basename(m.container_path)))
+            try:
+                names = sorted(os.listdir(folder))
+            except OSError:
+                continue
+            for name in names:
+                path = os.path.join(folder, name)
+                own = name == os.path.basename(m.container_path)
+                if not own and os.path.islink(path) and os.path.realpath(path) == target:
+                    out.append(FileMount(m.host_path, os.path.join(os.path.dirname(m.container_path), name)))
+    return tuple(out)

@@ -168,7 +168,9 @@ def cdi_files(
         proc = cdidevices.read_proc_uuids(host_root) if listed is None else {}
         extra, notes = cdidevices.extra_devices(inv, listed, proc, host_root, settings.dev_root)
         spec = cdi.generate(recipe, inv, ldcache, extra=extra)
-        live = cdi.generate(recipe, inv, ldcache if settings.cdi_ldcache else None, extra=extra)
+        links = cdidevices.library_links(inv, on_host(host_root, root))
+        live_hook = ldcache if settings.cdi_ldcache else None
+        live = cdi.generate(recipe, inv, live_hook, extra=extra, links=links, void=False)
     except (cdi.CDIError, InstallError, ValueError) as e:
         return {}, {}, (f"{name}: no CDI spec ({e})",)
     rel = f"{CDI_DIR}/{cdi.spec_file_name(recipe, 'json')}"

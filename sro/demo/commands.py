@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 import click
 from rich.console import Console
@@ -16,6 +17,7 @@ from rich.table import Table
 
 from sro.api.names import NAMESPACE, NFD_PREFIX
 from sro.demo.flavours import NVIDIA, SIMULATED, Flavour
+from sro.demo.monitoring import Monitoring, alert_lines
 from sro.demo.stages import WORKLOAD, Outcome, cleanup, run, run_sro
 from sro.local.cluster import LocalCluster
 from sro.local.commands import steps
@@ -78,8 +80,26 @@ def show(cluster: LocalCluster, outcome: Outcome, flavour: Flavour = SIMULATED) 
     for row in outcome.partitioning:
         parts.add_row(*row)
     console.print(parts)
+    if outcome.monitored is not None:
+        show_monitoring(console, outcome.monitored)
     status = run_sro(cluster, "status", "--no-logs")
     console.print(status.stdout.rstrip(), markup=False, highlight=False)
+
+
+def show_monitoring(console: Console, m: Monitoring) -> None:
+    """The monitoring stage as a table: where the series came from, the alert, the PNG."""
+    table = Table(title="Monitoring: the local Prometheus (sro local up --prometheus)")
+    table.add_column("what")
+    table.add_column("seen")
+    table.add_row("scraped target", f"{m.target} (exporter pod {m.exporter_pod})")
+    table.add_row("pod holding two devices", ", ".join(f"GPU {d.gpu} {d.uuid}" for d in m.devices))
+    table.add_row("alert, firing", "\n".join(alert_lines(m.alert)))
+    table.add_row(
+        "fired / resolved", f"{m.fired_after:.1f} s after the Xid / {m.resolved_after:.1f} s after --clear"
+    )
+    table.add_row("report", m.report_output.strip())
+    console.print(table)
+    console.print(f"[bold]Report:[/bold] {m.report}", markup=True, highlight=False)
 
 
 @click.command()
@@ -91,10 +111,26 @@ def show(cluster: LocalCluster, outcome: Outcome, flavour: Flavour = SIMULATED) 
     is_flag=True,
     help="The nvidia-gpu recipe (NVML, nvidia-smi) on sro's simulated NVIDIA driver instead of simulated-gpu.",
 )
-def demo(keep: bool, nvidia: bool) -> None:
+@click.option(
+    "--prometheus/--no-prometheus",
+    default=True,
+    show_default=True,
+    help="Run Prometheus beside the cluster and end with the monitoring stage (an alert, a PNG).",
+)
+@click.option(
+    "--report",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("report.png"),
+    show_default=True,
+    help="Where the monitoring stage writes its PNG (sro report).",
+)
+def demo(keep: bool, nvidia: bool, prometheus: bool, report: Path) -> None:
     """Bring up the local cluster, install sro, let the operator walk a SpecialResource, run a GPU workload.
 
     Ends with tables: the node's features, the simulated GPUs, what the workload saw and `sro status`.
+    With Prometheus (the default; `sro local up --prometheus`), a last stage shows monitoring: the
+    exporter scraped, an injected Xid firing the SroGpuXidError alert and resolving, and --report
+    drawn by `sro report` from Prometheus's samples.
     Needs root on a Debian 12 machine with the packages of scripts/setup-host (`make demo` installs
     them). The first run builds Kubernetes from Debian's source package (about 5 minutes, cached).
     The GPUs are simulated: 8 of them, with NVLink islands and NUMA nodes, as real device nodes.
@@ -104,7 +140,7 @@ def demo(keep: bool, nvidia: bool) -> None:
     flavour = NVIDIA if nvidia else SIMULATED
     cluster = LocalCluster.default()
     with steps("sro demo" + (" --nvidia" if nvidia else "")) as progress:
-        outcome = run(cluster, progress, flavour)
+        outcome = run(cluster, progress, flavour, report if prometheus else None)
         progress("Done")
     show(cluster, outcome, flavour)
     if not keep:
@@ -112,3 +148,6 @@ def demo(keep: bool, nvidia: bool) -> None:
         print("Removed the demo's objects, labels, runtime files and the simulated driver.", file=sys.stderr)
     else:
         print(next_steps(flavour), file=sys.stderr)
+        if outcome.monitored is not None:
+            report_hint = "sro report --since 15m -o report.png"
+            print(f"      {report_hint:<38}   # from the local Prometheus (127.0.0.1:9090)", file=sys.stderr)

@@ -6,7 +6,9 @@ of examples/simulated-gpu.yaml, walked by the operator state by state on the nod
 GPU driver, its validation, the runtime files, the device plugin, a validation workload, the
 discovery labels), each state printed as it becomes ready there → a workload pod that asks for two
 GPUs and gets an NVLink pair through the kubelet and the `sro` runtime handler → partitioning (a
-CPU pod kept off, a GPU pod let on, a quota refusing, a preemption) → `sro status`.
+CPU pod kept off, a GPU pod let on, a quota refusing, a preemption) → monitoring (`monitoring.py`:
+the local Prometheus scraping the exporter, an Xid alert firing and resolving, report.png; with a
+`report` path, which `sro demo` gives unless --no-prometheus) → `sro status`.
 Each stage prints its time; a failure names the stage and shows what to look at. The GPUs are
 simulated (no hardware here) and say so in every label, resource and file.
 
@@ -23,13 +25,15 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sro.api.names import NAMESPACE, STATE_NAMES, state_label, validated_label
 from sro.console.progress import Progress
-from sro.demo import partitioning
+from sro.demo import monitoring, partitioning
 from sro.demo.flavours import SIMULATED, Flavour
 from sro.demo.polling import until
+from sro.local import prometheus as local_prometheus
 from sro.local.cluster import ClusterError, LocalCluster
 from sro.local.layout import GLIBC_IMAGE, RUNTIME_HANDLER
 
@@ -104,6 +108,7 @@ class Outcome:
     node: dict[str, Any]  # the Node after the workload ran
     output: str  # what the workload printed
     partitioning: list[tuple[str, str, str]]  # scenario, result, evidence
+    monitored: monitoring.Monitoring | None = None  # the monitoring stage, where it ran
 
 
 def _opt_in(cluster: LocalCluster, flavour: Flavour, on: bool) -> None:
@@ -113,18 +118,29 @@ def _opt_in(cluster: LocalCluster, flavour: Flavour, on: bool) -> None:
         cluster.kubectl("label", "node", cluster.node_name, label, "--overwrite", check=on)
 
 
-def run(cluster: LocalCluster, progress: Progress, flavour: Flavour = SIMULATED) -> Outcome:
-    """The stages; returns what the tables show."""
+def run(
+    cluster: LocalCluster, progress: Progress, flavour: Flavour = SIMULATED, report: Path | None = None
+) -> Outcome:
+    """The stages; returns what the tables show. With `report` (a PNG to write), Prometheus runs
+    beside the cluster and a last stage shows monitoring."""
     resource = flavour.recipe.resource
-    progress("Stage 1/6: the local Kubernetes cluster")
+    total = 6 if report is None else 7
+    progress(
+        f"Stage 1/{total}: the local Kubernetes cluster" + ("" if report is None else ", with Prometheus")
+    )
+    if report is not None:
+        local_prometheus.choose(cluster.layout, True, progress)
     cluster.ensure_up(progress)
-    progress("Stage 2/6: the sro image")
+    began = time.time()  # the monitoring stage's report shows the story from here
+    progress(f"Stage 2/{total}: the sro image")
     from sro.local.images import ensure_sro_image, glibc_image
 
     image = ensure_sro_image(cluster, progress)
     if flavour.image == GLIBC_IMAGE:
         glibc_image(cluster.layout, progress)  # a base image added after clusters that are still up
-    progress("Stage 3/6: sro install (CRD, RBAC, feature discovery, the operator: 2 replicas, one leads)")
+    progress(
+        f"Stage 3/{total}: sro install (CRD, RBAC, feature discovery, the operator: 2 replicas, one leads)"
+    )
     out = run_sro(cluster, "install", "--image", image)
     if out.returncode != 0:
         raise ClusterError(f"sro install failed:\n{out.stdout}{out.stderr}")
@@ -134,11 +150,11 @@ def run(cluster: LocalCluster, progress: Progress, flavour: Flavour = SIMULATED)
         progress(f"  node {cluster.node_name} opts in: {flavour.opt_in}=true")
         _opt_in(cluster, flavour, True)
     progress(
-        f"Stage 4/6: SpecialResource {name} (examples/{flavour.example.name}); the operator walks its states"
+        f"Stage 4/{total}: SpecialResource {name} (examples/{flavour.example.name}); the operator walks its states"
     )
     cluster.kubectl("apply", "-f", "-", input=json.dumps(sr))
     walk_states(cluster, name, progress)
-    progress(f"Stage 5/6: a workload asking for {resource}: 2 (runtimeClassName: {RUNTIME_HANDLER})")
+    progress(f"Stage 5/{total}: a workload asking for {resource}: 2 (runtimeClassName: {RUNTIME_HANDLER})")
     cluster.kubectl("delete", "pod", WORKLOAD, "--ignore-not-found", "--wait=true", check=False)
     cluster.kubectl("apply", "-f", "-", input=json.dumps(workload_pod(flavour)))
 
@@ -155,9 +171,13 @@ def run(cluster: LocalCluster, progress: Progress, flavour: Flavour = SIMULATED)
     output = cluster.kubectl("logs", WORKLOAD, check=False).stdout
     node = _node(cluster)
     cluster.kubectl("delete", "pod", WORKLOAD, "--ignore-not-found", "--grace-period=1", check=False)
-    progress("Stage 6/6: partitioning — a taint, priorities and a quota on the GPU node")
+    progress(f"Stage 6/{total}: partitioning — a taint, priorities and a quota on the GPU node")
     rows = partitioning.run(cluster, name, progress, resource)
-    return Outcome(node, output, rows)
+    if report is None:
+        return Outcome(node, output, rows)
+    progress(f"Stage 7/7: monitoring — the local Prometheus, an alert firing and resolving, {report.name}")
+    watched = monitoring.run(cluster, progress, resource, flavour.driver_root, report, since=began)
+    return Outcome(node, output, rows, watched)
 
 
 def cleanup(cluster: LocalCluster, flavour: Flavour = SIMULATED) -> None:

@@ -54,6 +54,11 @@ class Prometheus:
         params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
         return self._get("query_range", params, promql)
 
+    def alerts(self) -> Any:
+        """The active alerts (pending and firing: labels, annotations, state, activeAt), as Prometheus's
+        alerts page shows them: the demo prints one as it fires."""
+        return self._get("alerts", {}, "the active alerts")
+
     def _get(self, endpoint: str, params: Mapping[str, str], promql: str) -> Any:
         url = f"{check_url(self.url)}/api/v1/{endpoint}"
         request = urllib.request.Request(f"{url}?{urllib.parse.urlencode(params)}")

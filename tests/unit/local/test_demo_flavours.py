@@ -83,8 +83,9 @@ def test_the_flag_picks_the_flavour(monkeypatch: pytest.MonkeyPatch) -> None:
     class Cluster:
         node_name = "vm"
 
-    def run(cluster: Any, progress: Any, flavour: Any) -> Outcome:
+    def run(cluster: Any, progress: Any, flavour: Any, report: Any) -> Outcome:
         seen.append(("run", flavour.name))
+        assert report == Path("report.png")  # the monitoring stage is on by default
         return Outcome(node, "GPU 0: ...", [])
 
     monkeypatch.setattr(commands.LocalCluster, "default", staticmethod(lambda: Cluster()))

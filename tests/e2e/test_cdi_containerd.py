@@ -317,6 +317,12 @@ def test_a_malformed_spec_is_refused_then_repaired_and_the_row_says_so(
         events = _events(cluster, name)
         figure(f"refused: {events.splitlines()[-1][:240]}")
         assert "unresolvable CDI devices" in events or "CDI device injection failed" in events, events
+
+        def waiting() -> str:
+            (cs,) = _kubectl_json(cluster, "get", "pod", name)["status"]["containerStatuses"]
+            return str(cs["state"].get("waiting", {}).get("reason", ""))
+
+        wait_for("the refusal in the pod's status", lambda: waiting() == "CreateContainerError", timeout=60)
         status = _kubectl_json(cluster, "get", "pod", name)["status"]
         (cs,) = status["containerStatuses"]
         assert "running" not in cs["state"] and "terminated" not in cs["state"] and not cs.get("lastState")

@@ -14,6 +14,11 @@ Layout of the root (RUNTIME_ROOT, /var/lib/sro/runtime, on a node):
     cdi/<vendor>-<class>.json   one CDI spec per recipe with devices on this node (CRI-O, containerd >= 1.7)
     manifest.json           what was installed, for whom, with which settings; uninstall removes only that
 
+and, with `--cdi-dir` (the runtime state's DaemonSet: /var/run/cdi, where containerd >= 1.7 and
+CRI-O read them), each recipe's live CDI spec `<vendor>-<class>.yaml` there, listed as an external
+file: no hook in it, so a container the device plugin names by CDI starts with no sro code run;
+`install --wait` keeps it current and repairs it (`refresh`, run by `cdikeeper`).
+
 and, with `--crio-hooks-dir` (the runtime state on OpenShift: /etc/containers/oci/hooks.d, the
 directory CRI-O reads hooks from on RHCOS), the same hooks.d entry there too, listed in the manifest
 as an external file. That one is live: CRI-O runs it for every container of the node, so it is

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sro.local import cleanup, supervisor
+from sro.local import cleanup, prometheus, supervisor
 from sro.local.cluster import ClusterError, LocalCluster
 
 pytestmark = pytest.mark.e2e
@@ -42,10 +42,19 @@ def test_down_leaves_no_process_mount_or_port_then_up_restores(cluster: LocalClu
                     "--restart=Never", "--", "sleep", "3600")  # fmt: skip
     cluster.kubectl("wait", "--for=condition=Ready", "pod/down-probe", "--timeout=90s", timeout=100)
     assert cleanup.managed_mounts(cluster.layout), "a running pod should have mounts to clean up"
+    # Prometheus and its targets loop (sro local up --prometheus) go with the rest; by pid, since a
+    # Prometheus of another test may run on this machine at the same time
+    had_prometheus = prometheus.wanted(cluster.layout)
+    prometheus.choose(cluster.layout, True, lambda _: None)
+    cluster.ensure_up()
+    names = (prometheus.PROMETHEUS, prometheus.TARGETS)
+    monitoring = [p.pid for n in names if (p := supervisor.running(cluster.layout, n)) is not None]
+    assert len(monitoring) == 2
 
     cluster.down()
     try:
         assert _our_processes() == []
+        assert [pid for pid in monitoring if supervisor.cmdline(pid)] == []
         assert cleanup.managed_mounts(cluster.layout) == []
         busy = {
             name: port for name, port in cluster.layout.ports.all().items() if supervisor.port_owner(port)
@@ -62,6 +71,7 @@ def test_down_leaves_no_process_mount_or_port_then_up_restores(cluster: LocalClu
                 cluster.up()
             assert _our_processes() == []
     finally:
+        prometheus.choose(cluster.layout, had_prometheus, lambda _: None)
         assert cluster.up() is True
     assert cluster.is_healthy()
     cluster.kubectl("delete", "pod", "down-probe", "--grace-period=0", "--force", check=False)

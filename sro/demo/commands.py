@@ -97,7 +97,7 @@ def show_monitoring(console: Console, m: Monitoring) -> None:
     table.add_row(
         "fired / resolved", f"{m.fired_after:.1f} s after the Xid / {m.resolved_after:.1f} s after --clear"
     )
-    table.add_row("report", m.report_output.strip())
+    table.add_row("report", (m.report_output.strip().splitlines() or [""])[0])
     console.print(table)
     console.print(f"[bold]Report:[/bold] {m.report}", markup=True, highlight=False)
 

@@ -6,11 +6,13 @@ Steps, each printed as it completes (the caller's progress adds the time):
    exporter Service's Endpoints (`sro local prometheus-targets`), and it is up.
 2. A workload pod holds two devices; the exporter attributes them to it (pod-resources), so
    Prometheus names them (gpu, UUID) by the pod's labels.
-3. `sro simulate load` puts both under load; Prometheus's samples show it.
+3. `sro simulate load` puts both under load; the stage waits until Prometheus holds 10 s of samples
+   at it, so that the report shows the load.
 4. `sro simulate fault --xid 48` on the first (a double-bit ECC error): the shipped rule
    SroGpuXidError fires, printed with its labels and summary as Prometheus's alerts page shows it.
 5. `sro simulate fault --clear`: the alert resolves.
-6. `sro report` draws the stage from Prometheus's samples into a PNG, and says where.
+6. `sro report` draws the stage (and 20 s before it) from Prometheus's samples into a PNG, and says
+   where.
 
 The exporter collects every 30 s (its DaemonSet's `--interval`). After each change the stage asks
 it to collect at once (SIGUSR1, its documented signal) instead of waiting for the interval: what
@@ -47,6 +49,8 @@ XID = 48  # double-bit ECC: not one of the application Xids the rule leaves out
 UTIL = 85  # percent, the load on both devices
 MEMORY_SHARE = 0.6  # of each device's framebuffer
 POKE_EVERY = 5.0  # seconds between collection requests while a step waits
+HOLD = 10  # seconds of samples at load before the fault, so that the report shows the load
+BEFORE = 20  # seconds before the stage that the report shows
 # The rule's labels, in the order the alerts page lists them after alertname and severity.
 LABEL_ORDER = ("Hostname", "gpu", "UUID", "modelName", "simulated")
 
@@ -237,11 +241,13 @@ class _Stage:
         args = [a for d in devices for a in ("--device", d.uuid)]
         self.simulate("load", *args, "--util", str(UTIL), "--memory", str(memory))
         self.poke()
-        expr = f'min(DCGM_FI_DEV_GPU_UTIL{{namespace="{NS}", pod="{POD}"}}) >= {UTIL - 5}'
-        self.wait("Prometheus seeing the load", lambda: self.query(expr))
+        # the lowest utilisation of the two over the last HOLD seconds of samples: the load, held
+        util = f'min(DCGM_FI_DEV_GPU_UTIL{{namespace="{NS}", pod="{POD}"}})'
+        held = f"min_over_time({util}[{HOLD}s:1s]) >= {UTIL - 5}"
+        self.wait(f"{HOLD} s of Prometheus's samples at the load", lambda: self.query(held), 90 + HOLD)
         self.progress(
             f"  sro simulate load: {UTIL}% utilisation and {memory} MiB of framebuffer on both; "
-            "Prometheus has the samples"
+            f"Prometheus has {HOLD} s of samples at that load"
         )
 
     def _ours(self, uuid: str, state: str) -> list[dict[str, Any]]:
@@ -277,9 +283,8 @@ class _Stage:
     def report(self, output: Path, start: float) -> str:
         since = f"{math.ceil(time.time() - start)}s"
         printed = self.sro("report", "--since", since, "-o", str(output))
-        self.progress(
-            f"  sro report --since {since} -o {output}: {printed.splitlines()[0] if printed else ''}"
-        )
+        said = printed.splitlines()[0].removeprefix(f"{output}: ") if printed else ""
+        self.progress(f"  sro report --since {since} -o {output}: {said}")
         return printed
 
     def clean(self, devices: tuple[Device, ...]) -> None:
@@ -307,16 +312,10 @@ class _Stage:
 
 
 def run(
-    cluster: LocalCluster,
-    progress: Progress,
-    resource: str,
-    driver_root: str,
-    report: Path,
-    since: float | None = None,
+    cluster: LocalCluster, progress: Progress, resource: str, driver_root: str, report: Path
 ) -> Monitoring:
-    """The stage on the local cluster's Prometheus; `report` is the PNG to write, of the time from
-    `since` (wall-clock: the demo's start, so the picture tells the whole story), else from half a
-    minute before the stage."""
+    """The stage on the local cluster's Prometheus; `report` is the PNG to write (of the stage, and
+    of BEFORE seconds before it: the devices idle)."""
     stage = _Stage(cluster, progress, local_prometheus.url(cluster.layout), driver_root)
     start = time.time()
     target = stage.scraped()
@@ -329,7 +328,7 @@ def run(
         alert, fired = stage.fire(devices[0])
         resolved = stage.resolve(devices[0])
         output = report.resolve()
-        printed = stage.report(output, min(since or start - 30, start - 30))
+        printed = stage.report(output, start - BEFORE)
     finally:
         stage.clean(devices)
     progress(f"  {output} drawn from the local Prometheus's samples (pod and load taken away again)")

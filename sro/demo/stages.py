@@ -131,7 +131,6 @@ def run(
     if report is not None:
         local_prometheus.choose(cluster.layout, True, progress)
     cluster.ensure_up(progress)
-    began = time.time()  # the monitoring stage's report shows the story from here
     progress(f"Stage 2/{total}: the sro image")
     from sro.local.images import ensure_sro_image, glibc_image
 
@@ -176,7 +175,7 @@ def run(
     if report is None:
         return Outcome(node, output, rows)
     progress(f"Stage 7/7: monitoring — the local Prometheus, an alert firing and resolving, {report.name}")
-    watched = monitoring.run(cluster, progress, resource, flavour.driver_root, report, since=began)
+    watched = monitoring.run(cluster, progress, resource, flavour.driver_root, report)
     return Outcome(node, output, rows, watched)
 
 

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from sro.kube.client import async_http
+from sro.kube.client import HttpClient, async_http
 from sro.kube.reflector import Reflector
 
 log = logging.getLogger(__name__)
@@ -125,7 +125,7 @@ def write_if_changed(path: Path, text: str) -> bool:
 class Targets:
     """Two reflectors (Services, Endpoints) and the file they keep current."""
 
-    def __init__(self, http: Any, output: Path) -> None:
+    def __init__(self, http: HttpClient, output: Path) -> None:
         params = {"labelSelector": EXPORTER_SELECTOR}
         self.output = output
         self.services: Reflector[Obj] = Reflector(http, "/api/v1/services", _key, dict, params)

@@ -338,18 +338,23 @@ def test_a_malformed_spec_is_refused_then_repaired_and_the_row_says_so(
     wait_for("the report container's termination message", reported, timeout=60)
     runtime_pod = _runtime_pod(cluster)
     info = pod_from_json(runtime_pod)
-    assert info.ready and f"repaired CDI spec {SPEC}: changed since sro wrote it" in info.report, info
+    assert f"repaired CDI spec {SPEC}: changed since sro wrote it" in info.report, info
+    assert info.ready, json.dumps(runtime_pod["status"])[:3000]
     report = next(c for c in runtime_pod["status"]["containerStatuses"] if c["name"] == REPORT_CONTAINER)
     # it said so by exiting (terminated now, or restarted with it as its last state); the runtime
     # container itself did not restart
     done = report["state"].get("terminated") or report.get("lastState", {}).get("terminated") or {}
     assert done.get("exitCode") == 0 and "repaired CDI spec" in done.get("message", ""), report
+    previous = cluster.kubectl(
+        "logs", "-n", NS, runtime_pod["metadata"]["name"], "-c", "runtime", "--previous", check=False
+    )
     assert all(
         c["restartCount"] == 0
         for c in runtime_pod["status"]["containerStatuses"]
         if c["name"] != REPORT_CONTAINER
-    )
-    # the kubelet retries the creation: the same pod starts, with its one device
+    ), (
+        json.dumps(runtime_pod["status"])[:3000] + previous.stdout[-2000:]
+    )  # the kubelet retries the creation: the same pod starts, with its one device
     pod, log = finished(cluster, name, timeout=180)
     assert pod["status"]["phase"] == "Succeeded", json.dumps(pod["status"])[:2000]
     assert len([d for d in devices_seen(log) if d.startswith("sro-simgpu") and d[-1].isdigit()]) == 1, log

@@ -406,3 +406,44 @@ def test_the_repair_is_the_runtime_states_note_in_the_nodes_row() -> None:
     node = node_from_json(_node("vm", "containerd://1.7.24"))
     verdict = state.readiness(ctx, node, [pod_from_json(RUNTIME_POD)], datetime.now(UTC))
     assert verdict.ready and verdict.message.endswith("repaired CDI spec /var/run/cdi/x.yaml: removed")
+
+
+def test_install_wait_keeps_running_through_a_stop_and_continue(tmp_path: Path) -> None:
+    """A stopped and continued keeper (SIGSTOP, SIGCONT: a debugger, the e2e test's pause) goes on:
+    Python's sigtimedwait then returns a siginfo that names no signal of the set."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    host = _host(tmp_path)
+    ready = tmp_path / "ready"
+    argv = [sys.executable, "-m", "sro", "runtime", "install", "--root", str(tmp_path / "rt")]
+    argv += ["--host-root", str(host), "--recipe", SIM, "--cdi-dir", str(tmp_path / "cdi")]
+    argv += ["--wait", "--poll", "0.1", "--ready-file", str(ready)]
+    log = (tmp_path / "log").open("w")
+    proc = subprocess.Popen(argv, stderr=log)
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "log").read_text()
+            time.sleep(0.05)
+        for _ in range(2):
+            proc.send_signal(signal.SIGSTOP)
+            time.sleep(0.3)
+            proc.send_signal(signal.SIGCONT)
+            time.sleep(0.3)
+        assert proc.poll() is None, (tmp_path / "log").read_text()
+        (tmp_path / "cdi" / SPEC).unlink()  # still keeping the spec
+        deadline = time.monotonic() + 10
+        while not (tmp_path / "cdi" / SPEC).exists():
+            assert time.monotonic() < deadline, "the keeper stopped keeping"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert not (tmp_path / "cdi" / SPEC).exists()  # the last owner went with SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()

@@ -347,7 +347,9 @@ def install_command(
     keeper.start()
     while True:  # keep the CDI specs current until told to stop
         info = signal.sigtimedwait(stop, max(poll, 0.05))
-        if info is not None:
+        # only a stop signal ends it: a wait cut short (the process stopped and continued: SIGSTOP,
+        # SIGCONT) comes back with a siginfo that names no signal of the set
+        if info is not None and info.si_signo in stop:
             sig = info.si_signo
             break
         keeper.tick()

@@ -388,6 +388,15 @@ def test_the_report_container_neither_unreadies_the_pod_nor_counts_as_its_restar
     pod = pod_from_json(RUNTIME_POD)
     assert pod.ready and pod.restarts == 0 and pod.reason == ""
     assert pod.report == "2025-01-02T03:04:05Z repaired CDI spec /var/run/cdi/x.yaml: removed"
+    # as recorded on the local cluster: the report container exited and is not started again yet
+    exited = copy.deepcopy(RUNTIME_POD)
+    exited["status"]["containerStatuses"][1].update(
+        restartCount=0,
+        lastState={},
+        state={"terminated": {"exitCode": 0, "reason": "Completed", "message": "2026-11-25T18:34:05Z "
+                              "repaired CDI spec /var/run/cdi/sro.dev-simulated-gpu.yaml: changed since sro wrote it\n"}},
+    )  # fmt: skip
+    assert pod_from_json(exited).ready and pod_from_json(exited).report.endswith("changed since sro wrote it")
     broken = copy.deepcopy(RUNTIME_POD)
     broken["status"]["containerStatuses"][0].update(ready=False, restartCount=3)
     assert not pod_from_json(broken).ready and pod_from_json(broken).restarts == 3

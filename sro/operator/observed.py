@@ -56,6 +56,7 @@ class WorkloadPod:
     empty_dir: bool = False
     mirror: bool = False  # a static pod's mirror: eviction cannot remove it
     deleting: bool = False
+    uid: str = ""  # the holder scan names a process's pod by it
 
     @property
     def key(self) -> str:
@@ -267,6 +268,7 @@ def workload_from_json(doc: Mapping[str, Any]) -> WorkloadPod:
         empty_dir=any("emptyDir" in v for v in spec.get("volumes") or ()),
         mirror="kubernetes.io/config.mirror" in (md.get("annotations") or {}),
         deleting=bool(md.get("deletionTimestamp")),
+        uid=str(md.get("uid", "")),
     )
 
 

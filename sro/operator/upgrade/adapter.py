@@ -53,6 +53,7 @@ def upgrades(
                 driver_ready=driver_ready(node, by_node.get(node.name, ()), rev_key),
                 workloads=tuple(pods_by_node.get(node.name, ())) if node.name in read else None,
                 scan=by_name.get(scan_name),
+                own=frozenset(p.uid for p in by_node.get(node.name, ()) if p.uid),
             )
         )
     return Machine(ctx, driver_revision(ctx), now, stamp(now)).run(facts)

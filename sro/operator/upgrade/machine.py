@@ -93,6 +93,7 @@ class NodeFacts:
     driver_ready: bool = False  # a driver pod of the node's revision is Ready
     workloads: tuple[WorkloadPod, ...] | None = None  # None: not read this pass
     scan: PodInfo | None = None
+    own: frozenset[str] = frozenset()  # uids of the SpecialResource's own pods on the node
 
 
 class Machine:
@@ -385,7 +386,12 @@ class Machine:
             return rec
         if scan.phase not in ("Succeeded", "Failed"):
             return rec
-        free, words = read_scan(scan.message) if scan.phase == "Failed" else (True, "")
+        # sro's own agents (the states' pods; DaemonSet pods in the operator's namespace, such as
+        # discovery) go or restart once the driver's revision moves: they cannot be waited for
+        ours = f.own | {
+            p.uid for p in pods if p.namespace == self.ctx.namespace and p.controller == "DaemonSet"
+        }
+        free, words = read_scan(scan.message, ours) if scan.phase == "Failed" else (True, "")
         if free:
             deletes.append(scan.name)
             labels[self.rev_key] = rec.to_rev

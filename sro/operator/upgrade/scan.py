@@ -39,22 +39,26 @@ def scan_pod(ctx: Context, node: str, inputs: str) -> dict[str, Any]:
     return obj
 
 
-def read_scan(message: str) -> tuple[bool, str]:
+def read_scan(message: str, ours: frozenset[str] = frozenset()) -> tuple[bool, str]:
     """(free, words) from the scan's termination message: `process 123 (python3 x.py) holds /dev/x`.
 
     Processes the scan could not inspect (on some VMs not even root may read pid 1's descriptors)
-    do not block: nothing was found, and the words say what could not be looked at."""
+    do not block: nothing was found, and the words say what could not be looked at. Processes of
+    `ours` (pod uids: sro's own agents on the node) do not block either: on the `nvml` backend the
+    device plugin, the exporter and discovery map the driver's libnvidia-ml, and they only go once
+    the driver's revision moves (the chain walks again), so waiting for them would never end."""
     try:
         summary = holders.from_message(message)
     except Exception:  # from_message says ValueError; anything else is garbage all the same
         first = (message.strip().splitlines() or ["no output"])[0]
         return False, f"the holder scan failed: {first[:200]}"
+    others = [h for h in summary.holders if not (h.pod_uid and h.pod_uid in ours)]
     found = [
         f"process {h.pid} ({h.executable[:60]}) holds {', '.join(h.holds) or 'the device'}"
         + (f" in pod {h.pod_uid}" if h.pod_uid else "")
-        for h in summary.holders[:3]
+        for h in others[:3]
     ]
-    more = len(summary.holders) - len(found) + summary.more
+    more = len(others) - len(found) + summary.more
     if found or more:
         return False, "; ".join(found) + (f" and {more} more" if more else "")
     if summary.unreadable:

@@ -23,8 +23,7 @@ import dataclasses
 import fcntl
 import hashlib
 import re
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -409,18 +408,9 @@ def _locked(driver_root: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-class StateWriter:
+class StateWriter(simreadings.Stepper):
     """Writes the state file of one driver root, keeping the model's state between writes (as the
     exporter's `SimulatedTelemetry` does) so energy and error counters accumulate."""
-
-    def __init__(
-        self, driver_root: Path, seed: str = "sro", clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.driver_root = driver_root
-        self.seed = seed
-        self.clock = clock
-        self.state = simreadings.SimState()
-        self._last: float | None = None
 
     def write(self) -> Path:
         """Read the driver's state files, step the model, replace the state file; DriverStateError
@@ -439,9 +429,7 @@ class StateWriter:
                 previous_text: str | None = path.read_text()
             except FileNotFoundError:
                 previous_text = None
-            now = self.clock()
-            dt = 0.0 if self._last is None else now - self._last
-            self._last = now
+            dt = self.elapsed()
             text, self.state = next_text(inv, faults, loads, self.state, previous_text, dt, self.seed)
             driverstate.write_atomic(path, text)
         return path

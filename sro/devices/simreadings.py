@@ -4,7 +4,8 @@ Why a stated model: people test dashboards, alerts, autoscaling and reports of a
 no GPU, so the numbers must react to what happens on the cluster the way a GPU's would, and be
 reproducible (golden files, tests). Every reading is a function of the inputs below and a seeded
 noise; nothing is read from the clock or the machine here (`sro.devices.telemetry` reads the fault
-and load files and calls `step` once per collection).
+and load files and calls `step` once per collection; `Stepper`, which its readers share, only calls
+the clock it is given).
 
 Inputs, per device at collection number `tick` (dt seconds after the previous one):
 - `holders`: how many containers hold the device (whole, a time-sliced replica of it, or one of its
@@ -63,8 +64,10 @@ The model:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sro.devices import fields as f
 from sro.devices.driverstate import Fault, Load
@@ -167,6 +170,30 @@ class Step:
     state: SimState
     readings: dict[DeviceUUID, dict[str, float]]  # by GPU or MIG device UUID
     silent: dict[DeviceUUID, str]  # devices that did not answer, with why
+
+
+class Stepper:
+    """What a reader of the model keeps between its steps: the model's state and when it last stepped.
+
+    Why shared: the exporter (`sro.devices.telemetry.SimulatedTelemetry`) and the NVML state writer
+    (`sro.devices.simnvml_state.StateWriter`) step the same model of one driver root, each at its own
+    pace, and each must carry its state so energy and error counters accumulate."""
+
+    def __init__(
+        self, driver_root: Path, seed: str = "sro", clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.driver_root = driver_root
+        self.seed = seed
+        self.clock = clock
+        self.state = SimState()
+        self._last: float | None = None
+
+    def elapsed(self) -> float:
+        """Seconds since the previous call (0 the first time): the `dt` of the next step."""
+        now = self.clock()
+        dt = 0.0 if self._last is None else now - self._last
+        self._last = now
+        return dt
 
 
 def noise(seed: str, uuid: str, tick: int, reading: str) -> float:

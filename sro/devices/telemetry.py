@@ -16,7 +16,6 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 from sro.devices import driverstate, simreadings
@@ -40,17 +39,8 @@ class Telemetry(Protocol):
         ...
 
 
-class SimulatedTelemetry:
+class SimulatedTelemetry(simreadings.Stepper):
     """The model's readings for the simulated driver's devices (its fault and load files)."""
-
-    def __init__(
-        self, driver_root: Path, seed: str = "sro", clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.driver_root = driver_root
-        self.seed = seed
-        self.clock = clock
-        self.state = simreadings.SimState()
-        self._last: float | None = None
 
     def read(self, inv: Inventory, holders: Mapping[DeviceUUID, int]) -> Readings:
         problems = []
@@ -64,9 +54,7 @@ class SimulatedTelemetry:
         except (driverstate.DriverStateError, OSError) as e:
             problems.append(f"load state ignored: {e}")
             loads = {}
-        now = self.clock()
-        dt = 0.0 if self._last is None else now - self._last
-        self._last = now
+        dt = self.elapsed()
         result = simreadings.step(self.state, inv, holders, loads, faults, dt, self.seed)
         self.state = result.state
         return Readings(result.readings, result.silent, tuple(problems))

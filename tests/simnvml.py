@@ -30,6 +30,17 @@ FIXTURE = Path(__file__).parent / "fixtures" / "simnvml" / "two-a100.state"
 UUID0 = "GPU-5f0e2b8a-0000-4000-8000-000000000000"
 UUID1 = "GPU-5f0e2b8a-0000-4000-8000-000000000001"
 MIG0 = "MIG-aaaaaaaa-0000-4000-8000-000000000000"
+# the device list of the simulated NVIDIA driver that the state writer's tests render: four GPUs
+# (an H100 at a set bus id, one in MIG mode with a set GI/CI), NVLinks, two NUMA nodes
+WRITER_DOC = {
+    "count": 4,
+    "numaNodes": [0, 0, 1, 1],
+    "nvlinks": [{"between": [0, 1], "links": 3}, {"between": [0, 2], "links": 2}],
+    "devices": [
+        {"product": "NVIDIA H100 80GB HBM3", "pciBusId": "0000:3b:00.0"},
+        {"mig": [{"profile": "1g.5gb"}, {"profile": "3g.20gb", "gi": 5, "ci": 2}]},
+    ],
+}
 
 # NVML's return codes (nvml.h; nvidia-ml-py has the same numbers)
 SUCCESS, UNINITIALIZED, INVALID_ARGUMENT, NOT_SUPPORTED = 0, 1, 2, 3
@@ -128,3 +139,18 @@ def fixture_env(tmp_path: Path) -> dict[str, str]:
     state.write_text(FIXTURE.read_text())
     dev = make_nodes(tmp_path / "dev", [0, 1])
     return {"SRO_SIMNVML_STATE": str(state), "SRO_SIMNVML_DEV_ROOT": str(dev)}
+
+
+# The fixtures of the modules that run the library on FIXTURE. A module takes them by assigning them
+# to its own names, `simnvml_build` too since `lib` asks for it (an import would make every test's
+# parameter of that name a redefinition to ruff).
+@pytest.fixture
+def lib(simnvml_build: SimNvmlBuild) -> Path:
+    """The compiled libnvidia-ml.so.1."""
+    return simnvml_build.library
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    """`fixture_env`: the fixture state and device nodes for both of its GPUs."""
+    return fixture_env(tmp_path)

@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from sro.local.native import NATIVE_DIR, NativeBuildError, SimNvmlBuild, build_simnvml
+from sro.local.native import NATIVE_DIR, NativeBuildError, build_simnvml
+from tests import simnvml
 from tests.simnvml import (
     DRIVER_NOT_LOADED,
     FIXTURE,
@@ -27,23 +28,14 @@ from tests.simnvml import (
     SUCCESS,
     UNINITIALIZED,
     UNKNOWN,
-    fixture_env,
     run_nvml,
-    simnvml_build,  # noqa: F401  (the session fixture)
 )
 
 BASE = FIXTURE.read_text()
 CODES = {*range(0, 30), UNKNOWN}
 
-
-@pytest.fixture
-def lib(simnvml_build: SimNvmlBuild) -> Path:  # noqa: F811
-    return simnvml_build.library
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    return fixture_env(tmp_path)
+# the library's fixtures, asked for by name (tests/simnvml.py)
+simnvml_build, lib, env = simnvml.simnvml_build, simnvml.lib, simnvml.env
 
 
 # ---- layouts and constants against nvidia-ml-py ---------------------------------------------------

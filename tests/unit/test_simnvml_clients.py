@@ -19,15 +19,14 @@ import pytest
 
 from sro.devices import simnvml_state, simreadings, simulated_nvidia
 from sro.devices.model import Inventory
-from sro.local.native import SimNvmlBuild
+from tests import simnvml
 from tests.simnvml import (
     FIXTURE,
     UUID0,
     UUID1,
-    fixture_env,
+    WRITER_DOC,
     make_nodes,
     run_python,
-    simnvml_build,  # noqa: F401  (the session fixture)
 )
 
 A100 = "NVIDIA A100-SXM4-40GB (simulated)"
@@ -41,15 +40,8 @@ def s(x):  # nvidia-ml-py 12 gives bytes for char fields, 13 str
 out = {}
 """
 
-
-@pytest.fixture
-def lib(simnvml_build: SimNvmlBuild) -> Path:  # noqa: F811
-    return simnvml_build.library
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    return fixture_env(tmp_path)
+# the library's fixtures, asked for by name (tests/simnvml.py)
+simnvml_build, lib, env = simnvml.simnvml_build, simnvml.lib, simnvml.env
 
 
 def client(lib: Path, body: str, env: dict[str, str], timeout: float = 60) -> Any:
@@ -208,16 +200,6 @@ def test_sro_nvml_backend_and_telemetry(lib: Path, env: dict[str, str], tmp_path
 
 
 # what the simulated NVIDIA driver writes (sro.devices.simnvml_state), read back through sro's backend
-WRITER_DOC = {
-    "count": 4,
-    "numaNodes": [0, 0, 1, 1],
-    "nvlinks": [{"between": [0, 1], "links": 3}, {"between": [0, 2], "links": 2}],
-    "devices": [
-        {"product": "NVIDIA H100 80GB HBM3", "pciBusId": "0000:3b:00.0"},
-        {"mig": [{"profile": "1g.5gb"}, {"profile": "3g.20gb", "gi": 5, "ci": 2}]},
-    ],
-}
-
 INVENTORY_ONLY = """
 import dataclasses, json, sys
 from pathlib import Path

@@ -12,9 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from sro.local.native import SimNvmlBuild
+from tests import simnvml
 from tests.simnvml import (
     ARGUMENT_VERSION_MISMATCH,
     FIXTURE,
@@ -29,23 +27,14 @@ from tests.simnvml import (
     TIMEOUT,
     UUID0,
     UUID1,
-    fixture_env,
     make_nodes,
     run_nvml,
-    simnvml_build,  # noqa: F401  (the session fixture)
 )
 
 BASE = FIXTURE.read_text()
 
-
-@pytest.fixture
-def lib(simnvml_build: SimNvmlBuild) -> Path:  # noqa: F811
-    return simnvml_build.library
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    return fixture_env(tmp_path)
+# the library's fixtures, asked for by name (tests/simnvml.py)
+simnvml_build, lib, env = simnvml.simnvml_build, simnvml.lib, simnvml.env
 
 
 # ---- devices ------------------------------------------------------------------------------------------

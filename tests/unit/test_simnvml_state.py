@@ -13,21 +13,12 @@ from sro.devices import fields as f
 from sro.devices.driverstate import Fault, Load
 from sro.devices.model import DeviceUUID, Inventory
 from sro.devices.simnvml_format import StateFormatError, decode, encode, line, parse, records
-
-DOC = {
-    "count": 4,
-    "numaNodes": [0, 0, 1, 1],
-    "nvlinks": [{"between": [0, 1], "links": 3}, {"between": [0, 2], "links": 2}],
-    "devices": [
-        {"product": "NVIDIA H100 80GB HBM3", "pciBusId": "0000:3b:00.0"},
-        {"mig": [{"profile": "1g.5gb"}, {"profile": "3g.20gb", "gi": 5, "ci": 2}]},
-    ],
-}
+from tests.simnvml import WRITER_DOC
 
 
 @pytest.fixture
 def inv() -> Inventory:
-    return simulated_nvidia.parse(DOC)
+    return simulated_nvidia.parse(WRITER_DOC)
 
 
 def _render(

@@ -28,6 +28,7 @@ import grpc
 import pytest
 
 from sro.devices import driverstate
+from sro.devices.model import DeviceUUID
 from sro.node.deviceplugin import api_pb2
 from tests.simnvml_driver import (  # noqa: F401  (simnvml_build and simnvml_driver are fixtures)
     FOUR_GPUS,
@@ -151,6 +152,20 @@ def start(short_dir: Path) -> Iterator[Callable[..., tuple[PluginProcess, FakeKu
         assert plugin.stop() == 0, plugin.log()  # it never dies on its own, and stops cleanly
 
 
+def started_healthy(
+    sim: Callable[..., SimNvmlDriver], start: Callable[..., tuple[PluginProcess, FakeKubelet]]
+) -> tuple[SimNvmlDriver, list[DeviceUUID], PluginProcess, Any, Stream]:
+    """The default simulated driver, its GPUs' UUIDs, the plugin started on it, a stub and a
+    ListAndWatch stream on that stub that has seen every GPU healthy."""
+    driver = sim()
+    u = driver.uuids()
+    plugin, _ = start(driver)
+    stub = plugin.stub()
+    stream = Stream(stub)
+    stream.until(healthy(u), "every GPU healthy")
+    return driver, u, plugin, stub, stream
+
+
 def test_inventory_allocate_and_nvlink_preference(
     sim: Callable[..., SimNvmlDriver], start: Callable[..., tuple[PluginProcess, FakeKubelet]]
 ) -> None:
@@ -188,12 +203,7 @@ def test_inventory_allocate_and_nvlink_preference(
 def test_xid_79_makes_a_gpu_unhealthy_and_clearing_brings_it_back(
     sim: Callable[..., SimNvmlDriver], start: Callable[..., tuple[PluginProcess, FakeKubelet]]
 ) -> None:
-    driver = sim()
-    u = driver.uuids()
-    plugin, _ = start(driver)
-    stub = plugin.stub()
-    stream = Stream(stub)
-    stream.until(healthy(u), "every GPU healthy")
+    driver, u, _, stub, stream = started_healthy(sim, start)
     latencies, recoveries = [], []
     for gpu in (1, 3, 1, 2):
         t0 = time.monotonic()
@@ -229,11 +239,7 @@ def test_xid_79_makes_a_gpu_unhealthy_and_clearing_brings_it_back(
 def test_an_xid_the_gpu_survives_heals_and_ignored_xids_do_nothing(
     sim: Callable[..., SimNvmlDriver], start: Callable[..., tuple[PluginProcess, FakeKubelet]]
 ) -> None:
-    driver = sim()
-    u = driver.uuids()
-    plugin, _ = start(driver)
-    stream = Stream(plugin.stub())
-    stream.until(healthy(u), "every GPU healthy")
+    driver, u, _, _, stream = started_healthy(sim, start)
     # Xid 48 (double-bit ECC): the GPU still answers NVML, so only the quiet period heals it, with
     # no clearing (the fault stays in the simulated driver's state; NVML delivered it once)
     t0 = time.monotonic()
@@ -333,12 +339,7 @@ def test_mig_mixed_strategy(
 def test_a_corrupted_nvml_state_is_logged_once_and_the_plugin_keeps_serving(
     sim: Callable[..., SimNvmlDriver], start: Callable[..., tuple[PluginProcess, FakeKubelet]]
 ) -> None:
-    driver = sim()
-    u = driver.uuids()
-    plugin, _ = start(driver)
-    stub = plugin.stub()
-    stream = Stream(stub)
-    stream.until(healthy(u), "every GPU healthy")
+    driver, u, plugin, stub, stream = started_healthy(sim, start)
     good = driver.state_file.read_text()
     driverstate.write_atomic(driver.state_file, "simnvml version=1\x00 not a state file\n")
     # NVML answers NVML_ERROR_UNKNOWN to every call; the event wait failing is NVIDIA's fail-safe:

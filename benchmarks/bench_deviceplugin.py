@@ -302,39 +302,29 @@ def run() -> list[Figure]:
     ]
     if nv is None:
         return figures
-    nv50, nv99 = _ms(nv.noop, 50), _ms(nv.noop, 99)
     sim_backend = "simulated backend"
     return [
         *figures,
-        Figure(
-            "deviceplugin nvml Allocate p50 (8 simulated-NVML GPUs)",
-            _ms(nv.alloc, 50),
-            nv50,
-            "ms",
-            "no-op gRPC p50",
-            target,
+        *(
+            Figure(
+                f"deviceplugin nvml Allocate p{p} (8 simulated-NVML GPUs)",
+                _ms(nv.alloc, p),
+                _ms(nv.noop, p),
+                "ms",
+                f"no-op gRPC p{p}",
+                target,
+            )
+            for p in (50, 99)
         ),
-        Figure(
-            "deviceplugin nvml Allocate p99 (8 simulated-NVML GPUs)",
-            _ms(nv.alloc, 99),
-            nv99,
-            "ms",
-            "no-op gRPC p99",
-            target,
-        ),
-        Figure(
-            "deviceplugin nvml Allocate p50 vs simulated",
-            _ms(nv.alloc, 50),
-            _ms(sim.alloc, 50),
-            "ms",
-            f"{sim_backend} p50",
-        ),
-        Figure(
-            "deviceplugin nvml Allocate p99 vs simulated",
-            _ms(nv.alloc, 99),
-            _ms(sim.alloc, 99),
-            "ms",
-            f"{sim_backend} p99",
+        *(
+            Figure(
+                f"deviceplugin nvml Allocate p{p} vs simulated",
+                _ms(nv.alloc, p),
+                _ms(sim.alloc, p),
+                "ms",
+                f"{sim_backend} p{p}",
+            )
+            for p in (50, 99)
         ),
         Figure(
             "deviceplugin nvml GetPreferredAllocation 4/8 p50",

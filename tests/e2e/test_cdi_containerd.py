@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -159,6 +160,9 @@ def runtime_state(cluster: LocalCluster, cdi_node: str, sro_image: str, driver: 
             # taken and dropped again
             hostinstall.install(RUNTIME_ROOT, dict(before.recipes), before.settings, owner=OWNER)
             hostinstall.uninstall(RUNTIME_ROOT, owner=OWNER)
+        last = read_manifest(RUNTIME_ROOT) if os.path.isdir(RUNTIME_ROOT) else None
+        if last is None or last.settings.python != str(PYTHON):  # nothing runs it any more
+            shutil.rmtree(COUNTING, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

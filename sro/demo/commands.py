@@ -137,6 +137,8 @@ def demo(keep: bool, nvidia: bool, prometheus: bool, report: Path) -> None:
     With --nvidia: 4 simulated A100s (one in MIG mode) behind NVIDIA's device nodes, a libnvidia-ml.so.1
     and an nvidia-smi, driven by the real nvidia-gpu stack (examples/simulated-nvidia.yaml).
     """
+    if prometheus and not report.absolute().parent.is_dir():  # before minutes of work, not after
+        raise click.BadParameter(f"{report}: its directory does not exist", param_hint="'--report'")
     flavour = NVIDIA if nvidia else SIMULATED
     cluster = LocalCluster.default()
     with steps("sro demo" + (" --nvidia" if nvidia else "")) as progress:

@@ -144,6 +144,8 @@ def prometheus_targets(kubeconfig: Path, output: Path, port: int) -> None:
 
     from sro.local.scrapetargets import watch
 
+    if not output.absolute().parent.is_dir():
+        raise click.BadParameter(f"{output}: its directory does not exist", param_hint="'--output'")
     asyncio.run(watch(kubeconfig, output, port))
 
 

@@ -94,6 +94,7 @@ BASE: dict[tuple[str, ...], tuple[str, ...]] = {
     ("runtime", "install"): ("--root", "{case}/runtime", "--host-root", "{t}/host"),
     ("runtime", "uninstall"): ("--root", "{case}/runtime"),
     ("bundle", "generate"): ("--version", "0.1.0", "-o", "{case}/bundle"),
+    ("local", "prometheus-targets"): ("--kubeconfig", "{t}/unreachable.kubeconfig", "--port", "18998"),
 }
 # fmt: on
 
@@ -107,7 +108,10 @@ API_ARGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("upgrade", "retry"): ("node-1",),
     ("upgrade", "status"): (),
     ("discover",): ("--host-root", HOST, "--publish", "--oneshot", "--node-name", "node-1"),
+    ("local", "prometheus-targets"): ("--output", "{case}/targets.json", "--port", "18998"),
 }
+# Daemons among them: with no API server they wait (and say so: this text), they do not exit.
+API_DAEMONS: dict[tuple[str, ...], str] = {("local", "prometheus-targets"): "connection attempts failed"}
 
 # Bad values a command rightly accepts in the mode BASE runs it in: only "no traceback" is checked.
 ACCEPTED: dict[tuple[tuple[str, ...], str], str] = {
@@ -221,7 +225,8 @@ def _generic() -> list[Case]:
                 Case(
                     f"{name}: --kubeconfig unreachable",
                     (*path, *api, "--kubeconfig", "{t}/unreachable.kubeconfig"),
-                    ("unreachable",),
+                    (API_DAEMONS.get(path, "unreachable"),),
+                    waits=4 if path in API_DAEMONS else 0.0,
                 ),
             ]
     return cases

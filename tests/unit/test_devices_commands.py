@@ -128,7 +128,7 @@ def test_plugin_waits_for_a_missing_driver_and_stops_on_sigterm(tmp_path: Path) 
     import sys
     import time
 
-    if os.path.exists("/dev/nvidiactl"):
+    if os.path.exists("/proc/driver/nvidia/version"):  # a real kernel driver (not the simulated one)
         pytest.skip("an NVIDIA driver is present here")
     proc = subprocess.Popen(
         [
@@ -140,6 +140,8 @@ def test_plugin_waits_for_a_missing_driver_and_stops_on_sigterm(tmp_path: Path) 
             "nvidia-gpu",
             "--plugin-dir",
             str(tmp_path),
+            "--driver-root",  # an empty driver root: no NVML there, whatever the host has installed
+            str(tmp_path / "no-driver"),
         ],
         stderr=subprocess.PIPE,
         text=True,

@@ -23,10 +23,25 @@ def _progress(message: str) -> None:
     print(f"[e2e {time.monotonic() - _T0:6.1f}s] {message}", file=sys.__stderr__, flush=True)
 
 
+def _wait_for_terminating_namespaces(c: LocalCluster) -> None:
+    """A reused cluster may still be deleting an earlier run's namespaces (sro-system, a test's): tests
+    that create objects there would be refused ("being terminated"), so the session starts after them."""
+    out = c.kubectl(
+        "get",
+        "namespaces",
+        "-o",
+        "jsonpath={range .items[?(@.status.phase=='Terminating')]}{.metadata.name} {end}",
+    )
+    for name in out.stdout.split():
+        _progress(f"Waiting for namespace {name}, still terminating, to be gone")
+        c.kubectl("wait", "--for=delete", f"namespace/{name}", "--timeout=300s", check=False, timeout=330)
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[LocalCluster]:
     c = LocalCluster.default()
     started = c.ensure_up(_progress)
+    _wait_for_terminating_namespaces(c)
     try:
         yield c
     finally:

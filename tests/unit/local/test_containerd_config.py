@@ -180,4 +180,5 @@ def test_the_pin_lets_only_containerd_come_from_trixie() -> None:
         {"Package": "*", "Pin": "release n=trixie", "Pin-Priority": "50"},  # < 100: never on its own
         {"Package": "containerd", "Pin": "release n=trixie", "Pin-Priority": "500"},
     ]
-    assert "URIs:" not in SETUP_HOST.read_text()  # the archive comes from the machine, never written in the script
+    # the archive comes from the machine, never written in the script
+    assert "URIs:" not in SETUP_HOST.read_text()

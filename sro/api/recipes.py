@@ -21,7 +21,12 @@ from sro.api import builtin_recipes as builtin
 from sro.api.names import PREFIX
 from sro.api.yamltext import load_yaml_file
 
-Backend = Literal["nvml", "simulated"]
+# nvml: NVIDIA GPUs through NVML; simulated: sro's simulated driver (its device list under the driver
+# root); devnodes: any hardware whose devices are the character nodes matching `device_node` in /dev.
+Backend = Literal["nvml", "simulated", "devnodes"]
+# What the exporter publishes for a recipe: full telemetry (the backend's readings) or, for hardware
+# with no telemetry sro can read, device health and allocation only.
+Metrics = Literal["telemetry", "health"]
 
 SIMULATED_DRIVER_ROOT = builtin.SIMULATED_DRIVER_ROOT
 SIMULATED_DEVICE_LIST = builtin.SIMULATED_DEVICE_LIST
@@ -55,6 +60,17 @@ class Recipe:
     directories: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # firmware files/globs (relative to the driver root) every container using the hardware gets
     firmware: tuple[str, ...] = ()
+    # more nodes that belong to each device, patterns under /dev with `{index}` or `{index+N}` (an
+    # FPGA card's render node beside its management node): a container given the device gets them too
+    companion_nodes: tuple[str, ...] = ()
+    # PCI device ids (4 hex digits) that narrow the vendor/class match (discovery, node selection)
+    pci_devices: tuple[str, ...] = ()
+    # argv lists run by validation in a pod given one device; argv[0] is one of `binaries`
+    validation_commands: tuple[tuple[str, ...], ...] = ()
+    metrics: Metrics = "telemetry"
+    # resource name -> device attribute selector: devices matching a pool are announced under its
+    # resource instead of `resource` (a SmartNIC's VF pools); empty = every device under `resource`
+    pools: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     @property
     def label_prefix(self) -> str:

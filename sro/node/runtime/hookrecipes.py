@@ -49,6 +49,11 @@ class HookRecipe:
     simulated: bool = False
     directories: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     firmware: tuple[str, ...] = ()
+    companion_nodes: tuple[str, ...] = ()
+    pci_devices: tuple[str, ...] = ()
+    validation_commands: tuple[tuple[str, ...], ...] = ()
+    metrics: str = "telemetry"
+    pools: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 NVIDIA_GPU = HookRecipe(**_builtin.NVIDIA_GPU)

@@ -78,6 +78,12 @@ class Recipe:
         return f"{PREFIX}{self.name}." if self.simulated else self.resource.split("/")[0] + "/"
 
     @property
+    def announced_resources(self) -> tuple[str, ...]:
+        """Every extended resource the recipe's devices are announced under: its pools' when it has
+        pools (a device in no pool stays under `resource`), and `resource` itself."""
+        return (*sorted(self.pools), self.resource)
+
+    @property
     def count_label(self) -> str:
         """The label discovery publishes with the number of devices (GFD's `gpu.count`)."""
         return self.label_prefix + ("count" if self.simulated else "gpu.count")

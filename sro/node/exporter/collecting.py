@@ -39,6 +39,7 @@ from sro.node.exporter import exposition
 from sro.node.exporter.attribution import Assignment, Attribution, attribute
 from sro.node.exporter.exposition import Collected
 from sro.node.exporter.nodefacts import NodeFacts
+from sro.node.exporter.recipeview import RecipeView
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +88,10 @@ class Collector:
         read_node: NodeReader | None = None,
         config_path: Path | None = None,
         clock: Callable[[], float] = time.monotonic,
+        view: RecipeView | None = None,
     ) -> None:
         self.open_devices = open_devices
+        self.view = view or RecipeView()
         self.domain = domain
         self.hostname = hostname
         self.simulated = simulated
@@ -275,7 +278,11 @@ class Collector:
             pods = self._read_pods()
             inv = self._inventory()
             attribution = attribute(pods, inv, self.domain) if pods is not None and inv is not None else None
-            readings = self._readings(inv, attribution) if inv is not None else Readings()
+            readings = Readings()
+            if inv is not None and self.view.telemetry:
+                readings = self._readings(inv, attribution)
+            elif inv is not None:  # health only: the inventory is all the devices source gives
+                self._report(DEVICES, None)
             node = self._read_node()
             now = time.monotonic()
             with self._health_lock:
@@ -293,6 +300,7 @@ class Collector:
                 up={k: s.up for k, s in self._sources.items()},
                 errors={k: s.errors for k, s in self._sources.items()},
                 duration=self.clock() - start,
+                view=self.view,
             )
             snap = Snapshot(
                 exposition.render(collected).encode(), collected, self.snapshot.number + 1, time.monotonic()

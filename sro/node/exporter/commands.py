@@ -28,6 +28,7 @@ from sro.devices.telemetry import Telemetry
 from sro.node.exporter import nodefacts, podresources
 from sro.node.exporter.attribution import Assignment
 from sro.node.exporter.collecting import CONFIG, DEVICES, BackendOpener, Collector, NodeReader, PodLister
+from sro.node.exporter.recipeview import NoReadings, view_of
 from sro.node.exporter.serving import MetricsServer, parse_address
 
 log = logging.getLogger(__name__)
@@ -49,12 +50,15 @@ def parse_interval(text: str) -> float:
 
 
 def backend_opener(recipe: Recipe, driver_root: Path | None, seed: str) -> BackendOpener:
+    telemetry = view_of(recipe).telemetry
+
     def open_devices() -> tuple[Backend, Telemetry]:
         from sro.devices import open_backend
         from sro.devices.telemetry import open_telemetry
 
         backend = open_backend(recipe, driver_root)
-        return backend, open_telemetry(backend, seed)
+        # health only: no readings asked for (a devnodes backend has none to give)
+        return backend, open_telemetry(backend, seed) if telemetry else NoReadings()
 
     return open_devices
 
@@ -152,6 +156,7 @@ def exporter(
         list_pods=pod_lister(pod_resources_socket),
         read_node=node_reader(node_name, domain, srs) if node_name else None,
         config_path=config_path,
+        view=view_of(recipe),
     )
     if once:
         collector.prime(PRIME_SECONDS)

@@ -12,6 +12,8 @@ Labels, as dcgm-exporter writes them (its rendermetrics template): `gpu` (index)
 `Hostname`, then the rest in sorted order: `DCGM_FI_DRIVER_VERSION`, `container`, `namespace`,
 `pod`, `simulated="true"` on every series of a simulated device, and `vgpu` for a time-sliced replica.
 Per-pod series follow `attribution` (one per holding container). sro's own metrics carry `Hostname`.
+A custom recipe's device series also carry `resource` (`recipeview`); with `metrics: health` there
+are no `DCGM_*` readings, and `sro_device_healthy` carries the holders' pod labels instead.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from sro.devices.model import Device, DeviceUUID, Inventory, MigDevice
 from sro.devices.telemetry import Readings
 from sro.node.exporter.attribution import Attribution, PodRef
 from sro.node.exporter.nodefacts import NodeFacts
+from sro.node.exporter.recipeview import RecipeView
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -45,6 +48,7 @@ class Collected:
     up: Mapping[str, bool] = field(default_factory=dict)  # source -> whether it answered fully
     errors: Mapping[str, int] = field(default_factory=dict)  # source -> failures since start
     duration: float = 0.0  # seconds the collection took
+    view: RecipeView = field(default_factory=RecipeView)  # telemetry or health only, `resource` label
 
 
 SRO_METRICS: tuple[tuple[str, str, str], ...] = (
@@ -125,6 +129,8 @@ def _entity(
         extra["DCGM_FI_DRIVER_VERSION"] = inv.driver_version
     if c.simulated or d.simulated:
         extra["simulated"] = "true"
+    if c.view.resource:
+        extra["resource"] = c.view.resource_of(d)
     plain = labels([*head, *sorted(extra.items())])
     variants = tuple(labels([*head, *sorted({**extra, **p.labels()}.items())]) for p in pods) or (plain,)
     uuid = m.uuid if m is not None else d.uuid
@@ -156,6 +162,10 @@ def render(c: Collected) -> str:
     if c.inventory is not None:
         silent = set(c.readings.silent)
         for e in _entities(c, c.inventory):
+            ok = 1 if _healthy(c, e) else 0
+            if not c.view.telemetry:  # health only: who holds the device rides on its health series
+                healthy.extend(f"sro_device_healthy{{{v}}} {ok}\n" for v in e.variants)
+                continue
             readings = {} if e.parent in silent else c.readings.values.get(e.uuid, {})
             if e.uuid == e.parent:
                 readings = {**readings, f.XID_ERRORS: c.xids.get(e.uuid, 0)}
@@ -164,7 +174,7 @@ def render(c: Collected) -> str:
                 if rows is not None:
                     text = value(reading)
                     rows.extend(f"{name}{{{v}}} {text}\n" for v in e.variants)
-            healthy.append(f"sro_device_healthy{{{e.plain}}} {1 if _healthy(c, e) else 0}\n")
+            healthy.append(f"sro_device_healthy{{{e.plain}}} {ok}\n")
     out: list[str] = []
     for fld in f.FIELDS:
         _family(fld.name, fld.type, fld.help, samples[fld.name], out)

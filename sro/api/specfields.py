@@ -22,11 +22,14 @@ from sro.api.names import (
 )
 from sro.api.openapi import ARRAY, BOOLEAN, INT_OR_STRING, INTEGER, OBJECT, STRING, Field
 from sro.api.specialresource import (
+    DEFAULT_REMEDIATION_ACTIONS,
     DISABLED_BY_DEFAULT,
+    FAULT_CLASS_FIELDS,
     IMAGE_TEMPLATE_VARS,
     PREEMPTION_POLICIES,
     PRIORITY_MAX,
     PRIORITY_MIN,
+    REMEDIATION_ACTIONS,
     STATE_FIELDS,
 )
 
@@ -41,6 +44,9 @@ IMAGE_MAX: Final = 1024  # characters of the image it fills in, at the most
 VERSION_MAX: Final = 128  # characters of spec.driver.version
 COUNT_OR_PERCENT: Final = "^(100|[1-9][0-9]?)%$|^[1-9][0-9]*$"
 DRIVER_MODES: Final = ("container", "host", "simulated")  # spec.driver.mode
+DURATION: Final = "^[1-9][0-9]{0,5}[smh]$"  # spec.remediation.window: 90s, 30m, 1h
+WINDOW_MAX: Final = 7 * DAY  # the reader's ceiling on spec.remediation.window
+ATTEMPTS_MAX: Final = 1_000  # the reader's ceiling on spec.remediation.maxAttempts
 
 
 def _strings(name: str, description: str = "") -> Field:
@@ -226,6 +232,83 @@ PARTITIONING: Final = Field(
     ),
 )
 
+_ACTION_DOCS: Final = {
+    "XidFatal": "A fatal driver or firmware error (Xid 46, 61, 62, 74, 119, 120, ...).",
+    "GpuLost": "The GPU fell off the bus (Xid 79).",
+    "EccUncorrectable": "An uncorrectable memory error (Xid 48, 95, 140).",
+    "RowRemapFailure": "The GPU could not remap a bad memory row (Xid 64).",
+    "Thermal": "The GPU is over its slowdown temperature (reported from telemetry, no Xid).",
+}
+
+REMEDIATION: Final = Field(
+    "remediation",
+    OBJECT,
+    "What the operator does about a node whose GPU fails: the node's GpuHealthy condition names "
+    "the fault class, the class's action repairs the node (none; restart-workload: evict the pods "
+    "holding the faulty devices; reset-device: cordon, evict the devices' users, reset them, "
+    "revalidate, uncordon; drain-and-reset: every pod using the resource leaves first; reboot: "
+    "drain, then reboot the node), within a circuit breaker; see `sro remediation status`.",
+    default={},
+    fields=(
+        Field(
+            "actions",
+            OBJECT,
+            "Per fault class, the action (the GpuHealthy condition's reason is the class).",
+            default={},
+            fields=tuple(
+                Field(
+                    fld,
+                    STRING,
+                    f"{cls}: {_ACTION_DOCS[cls]}",
+                    enum=REMEDIATION_ACTIONS,
+                    default=DEFAULT_REMEDIATION_ACTIONS[cls],
+                )
+                for cls, fld in FAULT_CLASS_FIELDS.items()
+            ),
+        ),
+        Field(
+            "maxConcurrentNodes",
+            INTEGER,
+            "Nodes under remediation at once.",
+            minimum=1,
+            ceiling=PARALLEL_UPGRADES_MAX,
+            default=1,
+        ),
+        Field(
+            "maxUnavailable",
+            INT_OR_STRING,
+            "The circuit breaker: nodes of this SpecialResource out of service at once (under "
+            "remediation, or cordoned by sro for any reason), a count (at least 1) or a percentage "
+            "(1% to 100%) rounded up; a node past it waits.",
+            pattern=COUNT_OR_PERCENT,
+            default="25%",
+        ),
+        Field(
+            "maxAttempts",
+            INTEGER,
+            "Remediations of one node within window; past them the node is left cordoned "
+            "(RemediationLimit) for a person to look at (`sro remediation retry NODE`).",
+            minimum=1,
+            ceiling=ATTEMPTS_MAX,
+            default=3,
+        ),
+        Field(
+            "window",
+            STRING,
+            "The span maxAttempts counts in: a number and s, m or h (at most 168h).",
+            pattern=DURATION,
+            default="1h",
+        ),
+        Field("dryRun", BOOLEAN, "Say in events what would be done; do nothing.", default=False),
+        Field(
+            "paused",
+            BOOLEAN,
+            "Start no remediation; a node under way finishes (`sro remediation pause|resume`).",
+            default=False,
+        ),
+    ),
+)
+
 _STATE_DOCS: Final = {
     DRIVER: "The driver container, one DaemonSet per kernel version among the selected nodes (OnDelete).",
     DRIVER_VALIDATION: "A pod per node that checks the driver's device list against the backend.",
@@ -349,6 +432,7 @@ SPEC: Final = Field(
             pattern=DNS_SUBDOMAIN,
         ),
         PARTITIONING,
+        REMEDIATION,
         *(_state(state) for state in STATE_FIELDS),
     ),
 )

@@ -101,6 +101,46 @@ class DriverSpec:
     upgrade_policy: UpgradePolicy = UpgradePolicy()
 
 
+# Self-healing (spec.remediation): the fault classes a node's GPU health is sorted into (the
+# `GpuHealthy` condition's reasons; which Xid is which: sro.devices.faultclasses), each one's field
+# under spec.remediation.actions, and what may be done about one, mildest first.
+FAULT_CLASS_FIELDS: Final = {
+    "XidFatal": "xidFatal",
+    "GpuLost": "gpuLost",
+    "EccUncorrectable": "eccUncorrectable",
+    "RowRemapFailure": "rowRemapFailure",
+    "Thermal": "thermal",
+}
+FAULT_CLASSES: Final = tuple(FAULT_CLASS_FIELDS)
+REMEDIATION_ACTIONS: Final = ("none", "restart-workload", "reset-device", "drain-and-reset", "reboot")
+# A lost GPU or a bad memory row needs the device reset to come back; an uncorrectable ECC error may
+# have hit any work on the GPU, so every GPU pod leaves first; a GPU too hot is the room's or the
+# fans' problem, which no reset repairs.
+DEFAULT_REMEDIATION_ACTIONS: Final = {
+    "XidFatal": "reset-device",
+    "GpuLost": "reset-device",
+    "EccUncorrectable": "drain-and-reset",
+    "RowRemapFailure": "drain-and-reset",
+    "Thermal": "none",
+}
+
+
+@dataclass(frozen=True)
+class RemediationSpec:
+    """What the operator does about a node whose GPU fails (`spec.remediation`)."""
+
+    actions: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_REMEDIATION_ACTIONS))
+    max_concurrent_nodes: int = 1  # nodes under remediation at once
+    max_unavailable: int | str = "25%"  # the breaker: nodes (count or percent, rounded up) out of service
+    max_attempts: int = 3  # remediations per node within `window_seconds`; past them: RemediationLimit
+    window_seconds: int = 3600
+    dry_run: bool = False  # say what would be done (events), do nothing
+    paused: bool = False  # start nothing new; a node under way finishes
+
+    def action(self, fault_class: str) -> str:
+        return self.actions.get(fault_class, DEFAULT_REMEDIATION_ACTIONS.get(fault_class, "none"))
+
+
 PRIORITY_MAX: Final = 1_000_000_000  # user-defined PriorityClasses; above is reserved for system classes
 PRIORITY_MIN: Final = -2_147_483_648
 PREEMPTION_POLICIES: Final = ("PreemptLowerPriority", "Never")
@@ -147,6 +187,7 @@ class SpecialResourceSpec:
     device_plugin_config: str = ""  # the plugin's config.yaml
     cuda_sample: str = ""  # device-plugin-validation, nvidia-gpu: the CUDA program the workload runs
     partitioning: PartitioningSpec = PartitioningSpec()
+    remediation: RemediationSpec = RemediationSpec()
 
     def state(self, name: str) -> StateSpec:
         return self.states.get(name) or StateSpec(enabled=name not in DISABLED_BY_DEFAULT)

@@ -20,8 +20,18 @@ from sro.api.names import DRIVER, LABEL_NAME_MAX, PREFIX, longest_label_name
 from sro.api.openapi import Field, FieldError, check
 from sro.api.recipes import SIMULATED_PERSONALITIES, Recipe, RecipeError, on_simulated_driver
 from sro.api.selectors import parse_selector
-from sro.api.specfields import COUNT_OR_PERCENT, DNS_LABEL, IMAGE_MAX, PARTITIONING, SPEC, UPGRADE_POLICY
+from sro.api.specfields import (
+    COUNT_OR_PERCENT,
+    DNS_LABEL,
+    IMAGE_MAX,
+    PARTITIONING,
+    REMEDIATION,
+    SPEC,
+    UPGRADE_POLICY,
+    WINDOW_MAX,
+)
 from sro.api.specialresource import (
+    FAULT_CLASS_FIELDS,
     IMAGE_TEMPLATE_VARS,
     STATE_FIELDS,
     DrainSpec,
@@ -29,6 +39,7 @@ from sro.api.specialresource import (
     PartitioningSpec,
     PriorityClassSpec,
     QuotaSpec,
+    RemediationSpec,
     SpecError,
     SpecialResourceSpec,
     StateSpec,
@@ -203,7 +214,7 @@ def _count_or_percent(doc: Mapping[str, Any], f: Field, where: str) -> int | str
         return int(value) if value.isdigit() else value
     raise SpecError(
         f"{where}.{f.name}: expected a count of at least 1 or a percentage from 1% to 100%, got {value!r} "
-        "(0 would never let a node upgrade)"
+        "(0 would never let a node through)"
     )
 
 
@@ -233,6 +244,37 @@ def _upgrade_policy(doc: Mapping[str, Any]) -> UpgradePolicy:
         wait_for_completion=WaitForCompletionSpec(
             pod_selector=wait_selector, timeout_seconds=_get(wait, wait_f["timeoutSeconds"])
         ),
+    )
+
+
+_UNIT_SECONDS: Final = {"s": 1, "m": 60, "h": 3600}
+
+
+def _remediation(doc: Mapping[str, Any]) -> RemediationSpec:
+    """`spec.remediation` (checked against its fields). The API server prunes a field its schema
+    lacks, so an unknown fault class is refused here, naming it, for the objects no API server saw."""
+    where = "spec.remediation"
+    rem = REMEDIATION
+    actions_f = rem["actions"]
+    actions = _get(doc, actions_f)
+    unknown = sorted(set(actions) - set(FAULT_CLASS_FIELDS.values()))
+    if unknown:
+        raise SpecError(
+            f"{where}.actions: unknown fault class(es) {', '.join(unknown)}; "
+            f"known: {', '.join(FAULT_CLASS_FIELDS.values())}"
+        )
+    window = _get(doc, rem["window"])
+    seconds = int(window[:-1]) * _UNIT_SECONDS[window[-1]]
+    if seconds > WINDOW_MAX:
+        raise SpecError(f"{where}.window: {window!r} is longer than {WINDOW_MAX // 3600}h")
+    return RemediationSpec(
+        actions={cls: _get(actions, actions_f[fld]) for cls, fld in FAULT_CLASS_FIELDS.items()},
+        max_concurrent_nodes=_get(doc, rem["maxConcurrentNodes"]),
+        max_unavailable=_count_or_percent(doc, rem["maxUnavailable"], where),
+        max_attempts=_get(doc, rem["maxAttempts"]),
+        window_seconds=seconds,
+        dry_run=_get(doc, rem["dryRun"]),
+        paused=_get(doc, rem["paused"]),
     )
 
 
@@ -275,4 +317,5 @@ def parse_spec(name: str, spec: Mapping[str, Any]) -> SpecialResourceSpec:
         device_plugin_config=_get(_get(spec, dp_f), dp_f["config"]),
         cuda_sample=_get(_get(spec, dpv_f), dpv_f["cudaSample"]),
         partitioning=_partitioning(_get(spec, PARTITIONING)),
+        remediation=_remediation(_get(spec, REMEDIATION)),
     )

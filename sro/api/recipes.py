@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sro.api import builtin_recipes as builtin
+from sro.api import recipecheck
 from sro.api.names import PREFIX
 from sro.api.yamltext import load_yaml_file
 
@@ -74,8 +75,10 @@ class Recipe:
 
     @property
     def label_prefix(self) -> str:
-        """Namespace of this hardware's own node labels (GFD-compatible for NVIDIA)."""
-        return f"{PREFIX}{self.name}." if self.simulated else self.resource.split("/")[0] + "/"
+        """Namespace of this hardware's own node labels: GFD's `nvidia.com/` for the built-in
+        nvidia-gpu (what GPU Feature Discovery publishes), `sro.dev/<name>.` for every other recipe
+        (a custom recipe's resource domain is not ours to label under)."""
+        return "nvidia.com/" if self.name == builtin.NVIDIA_GPU["name"] else f"{PREFIX}{self.name}."
 
     @property
     def announced_resources(self) -> tuple[str, ...]:
@@ -86,14 +89,18 @@ class Recipe:
     @property
     def count_label(self) -> str:
         """The label discovery publishes with the number of devices (GFD's `gpu.count`)."""
-        return self.label_prefix + ("count" if self.simulated else "gpu.count")
+        return self.label_prefix + ("gpu.count" if self.name == builtin.NVIDIA_GPU["name"] else "count")
 
     def default_node_selector_terms(self) -> tuple[dict[str, str], ...]:
         """Alternative label sets that select this hardware's nodes, as discovery publishes them with
         its default config (`pci-<class>_<vendor>.present`). Simulated hardware matches no PCI
-        device: its nodes opt in with `sro.dev/<recipe>.enabled=true`."""
+        device: its nodes opt in with `sro.dev/<recipe>.enabled=true`. A custom recipe's nodes carry
+        `sro.dev/<recipe>.present=true`, set by the NodeFeatureRule the operator applies for it from
+        its PCI vendor/class/device match."""
         if self.simulated:
             return ({f"{PREFIX}{self.name}.enabled": "true"},)
+        if self.name not in recipecheck.BUILTIN_NAMES:
+            return ({f"{PREFIX}{self.name}.present": "true"},)
         return tuple(
             {f"feature.node.kubernetes.io/pci-{c}_{self.pci_vendor}.present": "true"}
             for c in self.pci_classes
@@ -125,60 +132,49 @@ def on_simulated_driver(recipe: Recipe) -> Recipe:
     )
 
 
-def _str_tuple(doc: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
-    value = doc.get(key, ())
-    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-        raise RecipeError(f"{where}.{key}: expected a list of strings, got {value!r}")
-    return tuple(value)
-
-
-def _groups(doc: Mapping[str, Any], key: str, where: str) -> dict[str, tuple[str, ...]]:
-    value = doc.get(key, {})
-    if not isinstance(value, Mapping):
-        raise RecipeError(f"{where}.{key}: expected a mapping of capability -> list of names")
-    return {str(cap): _str_tuple(value, cap, f"{where}.{key}") for cap in value}
-
-
 def recipe_from_file(path: Path) -> Recipe:
     """A custom recipe from a YAML/JSON file; RecipeError naming the file and what is wrong, one line."""
     return load_yaml_file(path, recipe_from_dict, RecipeError)
 
 
 def recipe_from_dict(doc: Mapping[str, Any]) -> Recipe:
-    """Build a custom recipe from a YAML/JSON document; raises RecipeError naming the bad field."""
-    if not isinstance(doc, Mapping):
-        raise RecipeError(f"a recipe must be a mapping, got {type(doc).__name__}")
-    name = doc.get("name")
-    where = f"recipe {name!r}" if name else "recipe"
-    required = ("name", "resource", "pciVendor", "visibleDevicesEnv", "deviceNode")
-    missing = [k for k in required if not isinstance(doc.get(k), str) or not doc.get(k)]
-    if missing:
-        raise RecipeError(f"{where}: missing or empty string field(s): {', '.join(missing)}")
-    backend = doc.get("backend", "simulated")
-    if backend not in ("nvml", "simulated"):
-        raise RecipeError(f"{where}.backend: must be 'nvml' or 'simulated', got {backend!r}")
-    resource = doc["resource"]
-    if resource.count("/") != 1 or resource.startswith("kubernetes.io/"):
-        raise RecipeError(f"{where}.resource: must look like 'vendor.example.com/name', got {resource!r}")
-    vendor = doc["pciVendor"].lower()
-    if len(vendor) != 4 or any(c not in "0123456789abcdef" for c in vendor):
-        raise RecipeError(f"{where}.pciVendor: must be 4 hex digits, got {doc['pciVendor']!r}")
-    return Recipe(
-        name=doc["name"],
-        resource=resource,
-        backend=backend,
-        pci_vendor=vendor,
-        pci_classes=_str_tuple(doc, "pciClasses", where),
-        visible_devices_env=doc["visibleDevicesEnv"],
-        capabilities_env=str(doc.get("capabilitiesEnv", "")),
-        default_capabilities=_str_tuple(doc, "defaultCapabilities", where),
-        cdi_kind=str(doc.get("cdiKind", resource)),
-        driver_root=str(doc.get("driverRoot", "/")),
-        device_node=doc["deviceNode"],
-        control_nodes=_str_tuple(doc, "controlNodes", where),
-        libraries=_groups(doc, "libraries", where),
-        binaries=_groups(doc, "binaries", where),
-        simulated=backend == "simulated",
-        directories=_groups(doc, "directories", where),
-        firmware=_str_tuple(doc, "firmware", where),
-    )
+    """A recipe from its YAML/JSON document (the layout of docs' recipe file); RecipeError naming the
+    field to fix (`recipe 'x'.companionNodes[0]: ...`). The rules are `recipecheck`'s, the very ones
+    the OCI hook applies to an installed recipe file, so both refuse the same documents."""
+    plain = dict(doc) if isinstance(doc, Mapping) else doc
+    name = plain.get("name") if isinstance(plain, dict) else None
+    where = f"recipe {name!r}" if isinstance(name, str) and name else "recipe"
+    try:
+        fields = recipecheck.recipe_fields(plain)
+    except recipecheck.Refused as e:
+        raise RecipeError(f"{where}.{e.field}: {e.why}" if e.field else f"{where}: {e.why}") from e
+    return Recipe(**fields)  # type: ignore[arg-type]  # recipe_fields checked every type
+
+
+def recipe_to_dict(recipe: Recipe) -> dict[str, Any]:
+    """The canonical document of `recipe`: every field, camelCase, lists not tuples, JSON-ready;
+    `recipe_from_dict(recipe_to_dict(r)) == r`. The operator ships it to the node agents and
+    `sro runtime install` writes it for the hook, so every agent reads the recipe that was admitted."""
+    return {
+        "name": recipe.name,
+        "resource": recipe.resource,
+        "backend": recipe.backend,
+        "pciVendor": recipe.pci_vendor,
+        "pciClasses": list(recipe.pci_classes),
+        "pciDevices": list(recipe.pci_devices),
+        "visibleDevicesEnv": recipe.visible_devices_env,
+        "capabilitiesEnv": recipe.capabilities_env,
+        "defaultCapabilities": list(recipe.default_capabilities),
+        "cdiKind": recipe.cdi_kind,
+        "driverRoot": recipe.driver_root,
+        "deviceNode": recipe.device_node,
+        "companionNodes": list(recipe.companion_nodes),
+        "controlNodes": list(recipe.control_nodes),
+        "libraries": {k: list(v) for k, v in recipe.libraries.items()},
+        "binaries": {k: list(v) for k, v in recipe.binaries.items()},
+        "directories": {k: list(v) for k, v in recipe.directories.items()},
+        "firmware": list(recipe.firmware),
+        "validation": {"commands": [list(argv) for argv in recipe.validation_commands]},
+        "metrics": recipe.metrics,
+        "pools": {k: dict(v) for k, v in recipe.pools.items()},
+    }

@@ -59,7 +59,7 @@ def spec_with(value: Any, recipe: str) -> dict[str, Any]:
 def custom_recipe(value: Any) -> dict[str, Any]:
     return {
         "name": "fancy-gpu",
-        "resource": "fancy.example.com/" + value("recipe.resource").replace("/", "_"),
+        "resource": "fancy.example.com/gpu",  # a nasty one is refused: not an extended resource name
         "pciVendor": "1234",
         "visibleDevicesEnv": "FANCY_VISIBLE_DEVICES",
         "deviceNode": "/dev/fancy{index}",
@@ -162,7 +162,7 @@ def test_spec_strings_arrive_as_data_in_every_field(recipe: str) -> None:
         command = pod_spec(workload)["containers"][0]["command"]
         assert "--cuda-sample=" + nasty("devicePluginValidation.cudaSample") in command
     if recipe == "fancy-gpu":
-        resource = "fancy.example.com/" + nasty("recipe.resource").replace("/", "_")
+        resource = "fancy.example.com/gpu"
         workload = next(o for o in by_state["device-plugin-validation"] if o["kind"] == "Pod")
         assert pod_spec(workload)["containers"][0]["resources"]["limits"][resource] == "1"
         root = "/run/" + nasty("recipe.driverRoot")

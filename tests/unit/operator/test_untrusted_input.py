@@ -184,7 +184,7 @@ def test_untrusted_yaml_refuses_aliases_before_they_expand() -> None:
 
 
 def test_untrusted_yaml_reads_an_ordinary_recipe() -> None:
-    text = "name: fpga\nresource: example.com/fpga\npciVendor: '1d0f'\nvisibleDevicesEnv: X\ndeviceNode: /dev/f\n"
+    text = "name: fpga\nresource: example.com/fpga\npciVendor: '1d0f'\nvisibleDevicesEnv: F_VISIBLE_DEVICES\ndeviceNode: /dev/f{index}\n"
     assert recipe_from_dict(load_untrusted(text)).resource == "example.com/fpga"
 
 

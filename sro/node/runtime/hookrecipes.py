@@ -26,6 +26,7 @@ else:
 
 SIMULATED_DRIVER_ROOT = _builtin.SIMULATED_DRIVER_ROOT
 SIMULATED_DEVICE_LIST = _builtin.SIMULATED_DEVICE_LIST
+MAX_RECIPE_BYTES = 1 << 20  # an installed recipe is a few KiB
 
 
 @dataclass(frozen=True)
@@ -60,3 +61,38 @@ NVIDIA_GPU = HookRecipe(**_builtin.NVIDIA_GPU)
 SIMULATED_GPU = HookRecipe(**_builtin.SIMULATED_GPU)
 
 BUILTIN: dict[str, HookRecipe] = {r.name: r for r in (NVIDIA_GPU, SIMULATED_GPU)}
+
+
+def from_doc(doc: object) -> HookRecipe:
+    """A recipe record from a recipe document, every rule of `sro.api.recipecheck` checked (the same
+    function `sro.api.recipes.recipe_from_dict` checks with, so both refuse the same documents);
+    ValueError("<field>: <what is wrong>")."""
+    from sro.api import recipecheck
+
+    try:
+        return HookRecipe(**recipecheck.recipe_fields(doc))  # type: ignore[arg-type]
+    except recipecheck.Refused as e:
+        raise ValueError(str(e)) from None
+
+
+def load_file(path: str) -> HookRecipe:
+    """The recipe `sro runtime install` installed at `path` (its canonical JSON): read and checked
+    again on every container start, since the hook must never mount what a changed file names
+    without the rules holding; ValueError("<path>: <field>: <what is wrong>"), one line."""
+    from sro.node.runtime.hook import loads
+
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_RECIPE_BYTES + 1)
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read the recipe: {e.strerror or e}") from None
+    if len(raw) > MAX_RECIPE_BYTES:
+        raise ValueError(f"{path}: larger than {MAX_RECIPE_BYTES} bytes, not a recipe")
+    try:
+        doc = loads(raw)
+    except ValueError as e:  # json's own message (UnicodeDecodeError is a ValueError too)
+        raise ValueError(f"{path}: not JSON: {e}") from None
+    try:
+        return from_doc(doc)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None

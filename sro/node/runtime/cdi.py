@@ -5,7 +5,7 @@ bytes for the same driver, so it is generated from a `DriverInventory` alone and
 golden files. Discovery (reading the host) happens before, in `driverfiles`.
 
 Shape (cdiVersion 0.6.0, as `nvidia-ctk cdi generate` writes it): one device per node number ("0",
-"1", ...) plus "all", and the extra names `cdidevices` finds (GPU UUIDs, MIG devices); the common
+"1", ...; its edits hold its primary node and its companion nodes) plus "all", and the extra names `cdidevices` finds (GPU UUIDs, MIG devices); the common
 `containerEdits` carry the control nodes, read-only bind mounts of every library/binary/directory/
 firmware file found, `<VISIBLE_DEVICES>=void` (so that our legacy hook, if also installed, does not
 inject a second time; not in the live spec) and, when asked, a createContainer hook that rebuilds
@@ -97,7 +97,10 @@ def generate(
     common = plan(Request(recipe, (), caps, "cdi"), inv)
     if links:
         common = common.merge(InjectionPlan(mounts=links))
-    devices = [{"name": d.device_id, "containerEdits": {"deviceNodes": [_node(d)]}} for d in inv.devices]
+    devices = [  # a device's companion nodes (an FPGA's render node) go with its primary node
+        {"name": name, "containerEdits": {"deviceNodes": [_node(d) for d in nodes]}}
+        for name, nodes in inv.by_device().items()
+    ]
     devices += [
         {"name": e.name, "containerEdits": {"deviceNodes": [_node(d) for d in e.nodes]}} for e in extra
     ]

@@ -78,7 +78,7 @@ def read_proc_uuids(host_root: str) -> dict[str, int]:
 
 
 def _node_for(path: str, inv: DriverInventory) -> DeviceNode | None:
-    return next((d for d in inv.devices if d.host_path == path), None)
+    return next((d for d in inv.devices if d.host_path == path and not d.companion), None)
 
 
 def _stat_node(host_root: str, path: str, container_path: str) -> DeviceNode | None:
@@ -126,7 +126,7 @@ def extra_devices(
             if node is None:
                 notes.append(f"GPU {gpu.index} ({gpu.uuid}): no device node {gpu.device_node}")
                 continue
-            add(gpu.uuid, (node,))
+            add(gpu.uuid, inv.nodes_of(node.device_id))  # with its companion nodes, if any
             for mig in gpu.mig_devices:
                 nodes = [node]
                 if mig.device_node:
@@ -137,7 +137,7 @@ def extra_devices(
                     nodes.append(cap)
                 add(mig.uuid, nodes)
     else:
-        by_minor = {d.minor: d for d in inv.devices}
+        by_minor = {d.minor: d for d in inv.devices if not d.companion}
         for uuid, minor in sorted(proc_uuids.items(), key=lambda kv: kv[1]):
             if minor in by_minor:
                 add(uuid, (by_minor[minor],))

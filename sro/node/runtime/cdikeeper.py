@@ -21,8 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
-from sro.api.recipes import BUILTIN
-from sro.node.runtime import hostinstall
+from sro.node.runtime import hostinstall, installedrecipes
 from sro.node.runtime.cdi import spec_file_name
 from sro.node.runtime.driverfiles import dev_path
 from sro.node.runtime.hookrecipes import SIMULATED_DEVICE_LIST
@@ -37,17 +36,22 @@ REPORT_LIMIT = 3000  # bytes of the report: a termination message keeps at most 
 Signature = tuple[tuple[int, int, int] | None, ...]
 
 
-def watched_paths(manifest: Manifest, host_root: str) -> list[str]:
-    """What a device change or a hand edit touches, as this process sees it."""
+def watched_paths(manifest: Manifest, host_root: str, root: str = "") -> list[str]:
+    """What a device change or a hand edit touches, as this process sees it (`root`: the runtime
+    root, where the custom recipes the manifest lists are read from)."""
     paths: list[str] = []
     settings = manifest.settings
+    try:
+        custom = installedrecipes.load(root, manifest) if root else {}
+    except InstallError:
+        custom = {}  # the pass that reads them says why
     for name, driver_root in sorted(manifest.recipes.items()):
-        recipe = BUILTIN.get(name)
+        recipe = installedrecipes.recipe_of(name, custom)
         if recipe is None:
             continue
-        root = on_host(host_root, driver_root or recipe.driver_root)
-        paths.append(os.path.join(root, SIMULATED_DEVICE_LIST))
-        for node in (recipe.device_node, *recipe.control_nodes):
+        top = on_host(host_root, driver_root or recipe.driver_root)
+        paths.append(os.path.join(top, SIMULATED_DEVICE_LIST))
+        for node in (recipe.device_node, *recipe.companion_nodes, *recipe.control_nodes):
             paths.append(os.path.dirname(on_host(host_root, dev_path(settings.dev_root, node))))
         if settings.cdi_dir:
             paths.append(os.path.join(settings.cdi_dir, spec_file_name(recipe, "yaml")))
@@ -99,7 +103,7 @@ class Keeper:
     def start(self) -> None:
         """Take the watched paths and their stats as they are after the install."""
         manifest = read_manifest(self.root)
-        self.paths = watched_paths(manifest, self.host_root) if manifest else []
+        self.paths = watched_paths(manifest, self.host_root, self.root) if manifest else []
         self.last = signature(self.paths)
         self.last_pass = self.clock()
 
@@ -123,7 +127,7 @@ class Keeper:
             return []
         self.failing = ""
         if done is not None:
-            self.paths = watched_paths(done, self.host_root)
+            self.paths = watched_paths(done, self.host_root, self.root)
         self.last = signature(self.paths)
         repairs = list(done.repaired) if done is not None else []
         if repairs:

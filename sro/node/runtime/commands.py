@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 import click
 
 from sro.api.names import RUNTIME_ROOT
-from sro.api.recipes import BUILTIN
+from sro.api.recipes import BUILTIN, Recipe, RecipeError, recipe_from_file
 from sro.console.options import recipe_option
 
 
@@ -208,13 +209,35 @@ def _log(message: str) -> None:
     click.echo(message, err=True)
 
 
+def _custom_recipes(paths: tuple[Path, ...]) -> dict[str, Recipe]:
+    """The --recipe-file recipes by name; a bad file (or two of one name) ends the command in one
+    line, before anything is written."""
+    out: dict[str, Recipe] = {}
+    for path in paths:
+        try:
+            r = recipe_from_file(path)
+        except RecipeError as e:
+            raise click.ClickException(str(e)) from None
+        if r.name in out:
+            raise click.ClickException(f"{path}: name: recipe {r.name!r} is given twice")
+        out[r.name] = r
+    return out
+
+
 @click.command("install")
 @click.option(
     "--root", default=RUNTIME_ROOT, show_default=True, help="Directory the files go in (sro's alone)."
 )
 @click.option("--host-root-path", default=None, help="What the host calls --root (default: --root).")
 @click.option("--host-root", default="/", show_default=True, help="Where this process sees the host's /.")
-@recipe_option(multiple=True, help="Repeatable; default: every built-in.")
+@recipe_option(multiple=True, help="Repeatable; default (with no --recipe-file either): every built-in.")
+@click.option(
+    "--recipe-file",
+    "recipe_files",
+    multiple=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Repeatable: a custom recipe (YAML/JSON), installed as <root>/recipes/<name>.json.",
+)
 @click.option("--driver-root", default=None, help="Host path of these recipes' driver (default: theirs).")
 @click.option("--dev-root", default="/dev", show_default=True, help="Host directory standing for /dev.")
 @click.option("--python", default="/usr/bin/python3", show_default=True, help="The host's interpreter.")
@@ -274,6 +297,7 @@ def install_command(
     host_root_path: str | None,
     host_root: str,
     recipe: tuple[str, ...],
+    recipe_files: tuple[Path, ...],
     driver_root: str | None,
     dev_root: str,
     python: str,
@@ -313,7 +337,8 @@ def install_command(
     from sro.node.runtime.wrapper import RUNC
 
     root = os.path.abspath(root)
-    names = recipe or tuple(sorted(BUILTIN))
+    custom = _custom_recipes(recipe_files)
+    names = (*recipe, *custom) if recipe or custom else tuple(sorted(BUILTIN))
     stop = {signal.SIGTERM, signal.SIGINT}
     if wait:  # held from now on: a stop that comes while installing is answered right after it
         signal.pthread_sigmask(signal.SIG_BLOCK, stop)
@@ -332,7 +357,9 @@ def install_command(
             cdi_ldcache=cdi_ldcache_hook,
         )
         recipes = dict.fromkeys(names, driver_root)
-        done = hostinstall.install(root, recipes, settings, host_root, not no_cdi, log=_log, owner=owner)
+        done = hostinstall.install(
+            root, recipes, settings, host_root, not no_cdi, log=_log, owner=owner, custom=custom
+        )
     except InstallError as e:
         raise click.ClickException(str(e)) from None
     keeper = cdikeeper.Keeper(root, host_root, _log, report_file)

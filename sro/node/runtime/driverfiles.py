@@ -8,7 +8,12 @@ Device nodes: `dev_root` stands for the container's /dev (default /dev; the simu
 `--dev-root` means the same). Container paths of files are host paths with the driver root stripped (NVIDIA's toolkit does the same for a
 driver container's root): `<root>/lib/libsimgpu.so.1` is `/lib/libsimgpu.so.1` inside.
 Library matches that are symlinks to another match collapse into the real file; the soname links
-are made again inside the container by ldconfig.
+are made again inside the container by ldconfig. A file (library, binary, directory, firmware) whose
+real path is not under the driver root's own real path is never offered: a custom recipe names file
+globs, and a symlink in its driver root must not carry a host file (/etc/shadow) into a container.
+
+Companion nodes: a device may have more nodes than its primary one (an FPGA card's render node,
+`/dev/dri/renderD{index+128}`); they follow their primary node in `find_devices`, with its device id.
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ def container_path(driver_root: str, host_path: str) -> str:
     return "/" + rel if rel != "." else "/"
 
 
-def _char_node(host_path: str, path: str, device_id: str = "") -> DeviceNode | None:
+def _char_node(host_path: str, path: str, device_id: str = "", companion: bool = False) -> DeviceNode | None:
     try:
         st = os.stat(host_path)
     except FileNotFoundError:
@@ -68,6 +73,7 @@ def _char_node(host_path: str, path: str, device_id: str = "") -> DeviceNode | N
         minor=os.minor(st.st_rdev),
         file_mode=stat.S_IMODE(st.st_mode),
         device_id=device_id,
+        companion=companion,
     )
 
 
@@ -90,8 +96,19 @@ def _node_number(name: str, prefix: str, suffix: str) -> int | None:
     return int(digits)
 
 
+def companion_path(pattern: str, number: int) -> str:
+    """A companion node pattern's `{index}` or `{index+N}` filled from its primary node's number."""
+    start = pattern.find("{index")
+    end = pattern.find("}", start)
+    offset = pattern[start + 6 : end] if start >= 0 and end >= 0 else "?"
+    if offset and (offset[0] != "+" or not offset[1:].isascii() or not offset[1:].isdigit()):
+        raise ValueError(f"companion node pattern {pattern!r} must hold one {{index}} or {{index+N}}")
+    return pattern[:start] + str(number + int(offset[1:] or 0)) + pattern[end + 1 :]
+
+
 def find_devices(recipe: Recipe, dev_root: str) -> tuple[DeviceNode, ...]:
-    """Per-device nodes matching the recipe's pattern, in index order."""
+    """Per-device nodes matching the recipe's pattern, in index order, each followed by those of its
+    companion nodes that exist (same device id); a companion missing on the host is left out."""
     prefix, suffix = _pattern_parts(recipe.device_node)
     container_dir = os.path.dirname(recipe.device_node)
     host_dir = dev_path(dev_root, container_dir)
@@ -107,7 +124,15 @@ def find_devices(recipe: Recipe, dev_root: str) -> tuple[DeviceNode, ...]:
         node = _char_node(os.path.join(host_dir, name), f"{container_dir}/{name}", str(number))
         if node is not None:
             found.append((number, node))
-    return tuple(n for _, n in sorted(found, key=lambda t: t[0]))
+    out: list[DeviceNode] = []
+    for number, node in sorted(found, key=lambda t: t[0]):
+        out.append(node)
+        for pattern in recipe.companion_nodes:
+            path = companion_path(pattern, number)
+            companion = _char_node(dev_path(dev_root, path), path, node.device_id, companion=True)
+            if companion is not None:
+                out.append(companion)
+    return tuple(out)
 
 
 def find_control_nodes(recipe: Recipe, dev_root: str) -> tuple[DeviceNode, ...]:
@@ -122,15 +147,22 @@ def _listdir(path: str) -> list[str]:
         return []
 
 
+def _inside(real: str, top: str) -> bool:
+    """Is the real path `real` the driver root's real path `top` or under it (no symlink out of it)?"""
+    return real == top or real.startswith(top.rstrip("/") + "/")
+
+
 def find_libraries(driver_root: str, patterns: Iterable[str], seen: set[str]) -> tuple[FileMount, ...]:
-    """Regular files matching `patterns` in the usual library folders; symlinks collapse to their file."""
+    """Regular files matching `patterns` in the usual library folders; symlinks collapse to their file
+    (one that leads out of the driver root is left out)."""
     out: list[FileMount] = []
+    top = os.path.realpath(driver_root)
     for rel_dir in LIB_DIRS:
         host_dir = os.path.join(driver_root, rel_dir)
         for pattern in patterns:
             for name in filter_names(_listdir(host_dir), pattern):
                 real = os.path.realpath(os.path.join(host_dir, name))
-                if real in seen or not os.path.isfile(real):
+                if real in seen or not os.path.isfile(real) or not _inside(real, top):
                     continue
                 seen.add(real)
                 # Mount the real file under its own name, in the folder where the match was found.
@@ -143,11 +175,12 @@ def find_libraries(driver_root: str, patterns: Iterable[str], seen: set[str]) ->
 
 def find_binaries(driver_root: str, names: Iterable[str], seen: set[str]) -> tuple[FileMount, ...]:
     out: list[FileMount] = []
+    top = os.path.realpath(driver_root)
     for name in names:
         for rel_dir in BIN_DIRS:
             path = os.path.join(driver_root, rel_dir, name)
             real = os.path.realpath(path)
-            if os.path.isfile(real) and real not in seen:
+            if os.path.isfile(real) and real not in seen and _inside(real, top):
                 seen.add(real)
                 out.append(FileMount(real, container_path(driver_root, path)))
                 break
@@ -156,20 +189,24 @@ def find_binaries(driver_root: str, names: Iterable[str], seen: set[str]) -> tup
 
 def find_directories(driver_root: str, rel_dirs: Iterable[str]) -> tuple[FileMount, ...]:
     out: list[FileMount] = []
+    top = os.path.realpath(driver_root)
     for rel in rel_dirs:
         path = os.path.join(driver_root, rel)
-        if os.path.isdir(path):
-            out.append(FileMount(os.path.realpath(path), container_path(driver_root, path), "dir"))
+        real = os.path.realpath(path)
+        if os.path.isdir(real) and _inside(real, top):
+            out.append(FileMount(real, container_path(driver_root, path), "dir"))
     return tuple(out)
 
 
 def find_firmware(driver_root: str, patterns: Iterable[str]) -> tuple[FileMount, ...]:
     out: list[FileMount] = []
+    top = os.path.realpath(driver_root)
     for pattern in patterns:
         for rel in sorted(glob_in(driver_root, pattern)):
             path = os.path.join(driver_root, rel)
-            if os.path.isfile(path):
-                out.append(FileMount(os.path.realpath(path), container_path(driver_root, path)))
+            real = os.path.realpath(path)
+            if os.path.isfile(real) and _inside(real, top):
+                out.append(FileMount(real, container_path(driver_root, path)))
     return tuple(out)
 
 

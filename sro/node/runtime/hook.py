@@ -18,7 +18,9 @@ Why it is written this way:
     createContainer already runs inside it. poststart/poststop have nothing to do.
 
 Exit status 0 on success or nothing to do, 1 with `sro hook: <why>` on stderr otherwise (runc shows
-that text in its error). Options: --recipe NAME (repeatable; default: every built-in), --driver-root
+that text in its error). Options: --recipe NAME (repeatable; default, with no --recipe-file either:
+every built-in), --recipe-file PATH (repeatable: a custom recipe `sro runtime install` wrote, canonical
+JSON, loaded by hookrecipes.load_file; a refused file fails the start naming file and field), --driver-root
 [NAME=]PATH, --dev-root PATH (stands for /dev), --ldconfig PATH|none, --resolver auto|openat2|walk,
 --policy beneath|in-root, --mount-api new|old, --accept-envvar-unprivileged true|false (default
 false; unsafe: any container of the handler then gets whatever devices its env names),
@@ -112,6 +114,7 @@ class HookArgs:
     """Parsed options. A plain class: a dataclass import would cost the idle hook several ms."""
 
     __slots__ = (
+        "_loaded",
         "_opt",
         "_roots",
         "accept_envvar_unprivileged",
@@ -119,6 +122,7 @@ class HookArgs:
         "dev_root",
         "folders",
         "management_namespaces",
+        "recipe_files",
         "recipe_names",
         "stage",
     )
@@ -134,7 +138,10 @@ class HookArgs:
         folders: tuple[str, ...] = (),
         accept_envvar_unprivileged: bool = False,
         management_namespaces: tuple[str, ...] = DEFAULT_MANAGEMENT_NAMESPACES,
+        recipe_files: tuple[str, ...] = (),
     ) -> None:
+        self.recipe_files = recipe_files
+        self._loaded: tuple[HookRecipe, ...] | None = None
         self.accept_envvar_unprivileged = accept_envvar_unprivileged
         self.management_namespaces = management_namespaces
         self.stage = stage
@@ -147,12 +154,30 @@ class HookArgs:
 
     @property
     def recipes(self) -> tuple[HookRecipe, ...]:
-        from sro.node.runtime.hookrecipes import BUILTIN  # sro.api.recipes' built-ins, without dataclasses
+        """The --recipe built-ins and the --recipe-file recipes (loaded once, checked again here)."""
+        if self._loaded is not None:
+            return self._loaded
+        from sro.node.runtime.hookrecipes import BUILTIN  # lean records, no dataclasses
 
         for n in self.recipe_names:
             if n not in BUILTIN:
                 raise HookError(f"--recipe: unknown recipe {n!r} (known: {', '.join(BUILTIN)})")
-        return tuple(BUILTIN[n] for n in (self.recipe_names or tuple(BUILTIN)))
+        default = () if self.recipe_files else tuple(BUILTIN)
+        out = [BUILTIN[n] for n in dict.fromkeys(self.recipe_names or default)]
+        for path in self.recipe_files:
+            from sro.node.runtime.hookrecipes import load_file
+
+            try:
+                recipe = load_file(path)
+            except OSError as e:
+                raise HookError(f"--recipe-file {path}: {e.strerror}") from None
+            except ValueError as e:  # "<path>: <field>: <what is wrong>"
+                raise HookError(f"--recipe-file {e}") from None
+            if any(r.name == recipe.name for r in out):
+                raise HookError(f"--recipe-file {path}: name: recipe {recipe.name!r} is given twice")
+            out.append(recipe)
+        self._loaded = tuple(out)
+        return self._loaded
 
     @property
     def driver_roots(self) -> dict[str, str]:
@@ -182,6 +207,7 @@ def parse_args(argv: Sequence[str]) -> HookArgs:
     if stage not in (*STAGES, "update-ldcache"):
         raise HookError(f"unknown hook stage {stage!r} (one of {', '.join(STAGES)}, update-ldcache)")
     names: list[str] = []
+    files: list[str] = []
     roots: dict[str, str] = {}
     common_root: str | None = None
     dev_root = "/dev"
@@ -198,6 +224,8 @@ def parse_args(argv: Sequence[str]) -> HookArgs:
                 raise HookError(f"option {key} needs a value")
         if key == "--recipe":
             names.append(value)
+        elif key == "--recipe-file":
+            files.append(value)
         elif key == "--driver-root":
             name, sep, path = (
                 value.partition("=") if "=" in value and not value.startswith("/") else ("", "", value)
@@ -234,6 +262,7 @@ def parse_args(argv: Sequence[str]) -> HookArgs:
         tuple(folders),
         accept_env,
         tuple(management) if management else DEFAULT_MANAGEMENT_NAMESPACES,
+        tuple(files),
     )
 
 
@@ -327,7 +356,8 @@ def access_for(args: HookArgs, config: Mapping[str, Any]) -> Access:
     if numbers and not priv:
         for recipe in args.recipes:
             found = driverfiles.find_devices(recipe, args.dev_root)
-            ids = tuple(d.device_id for d in found if (d.major, d.minor) in numbers)
+            # a companion's number gives its whole device, as its primary node's does
+            ids = tuple(dict.fromkeys(d.device_id for d in found if (d.major, d.minor) in numbers))
             if ids:
                 allocated[recipe.name] = ids
     namespace = activation.sandbox_namespace(config.get("annotations") or {})

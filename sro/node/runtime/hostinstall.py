@@ -12,6 +12,7 @@ Layout of the root (RUNTIME_ROOT, /var/lib/sro/runtime, on a node):
                             no recipe left, the pass-through launcher (runc only) stands there
     hooks.d/sro-hook.json   oci-hooks 1.0.0 entry (CRI-O: hooks_dir; podman: --hooks-dir)
     cdi/<vendor>-<class>.json   one CDI spec per recipe with devices on this node (CRI-O, containerd >= 1.7)
+    recipes/<name>.json     a custom recipe (`--recipe-file`), named by --recipe-file in every entry
     manifest.json           what was installed, for whom, with which settings; uninstall removes only that
 
 and, with `--cdi-dir` (the runtime state's DaemonSet: /var/run/cdi, where containerd >= 1.7 and
@@ -51,15 +52,16 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, replace
 
 from sro.api import passthrough
 from sro.api.names import RUNTIME_LAUNCHER
-from sro.api.recipes import BUILTIN
-from sro.node.runtime import bundling, cdi, cdidevices, launcher, specedits
+from sro.api.recipes import BUILTIN, Recipe
+from sro.node.runtime import bundling, cdi, cdidevices, installedrecipes, launcher, specedits
 from sro.node.runtime.hostpaths import host_inventory, on_host
 from sro.node.runtime.hostpython import check_live_hook_python, check_python, try_python
+from sro.node.runtime.inventory import DriverInventory
 from sro.node.runtime.rootmanifest import (
     HOOKS_D_FILE,
     HOOKS_D_NAME,
@@ -69,6 +71,7 @@ from sro.node.runtime.rootmanifest import (
     Log,
     Manifest,
     Settings,
+    recipe_file,
 )
 from sro.node.runtime.rootwrites import RootLock, apply_files, read_manifest, sha256, write_atomic
 
@@ -81,11 +84,15 @@ def _quiet(_: str) -> None:
     pass
 
 
-def hook_options(recipes: Mapping[str, str | None], dev_root: str) -> list[str]:
-    """The options every hook and wrapper invocation carries: exactly the installed recipes."""
+def hook_options(
+    recipes: Mapping[str, str | None], dev_root: str, files: Mapping[str, str] | None = None
+) -> list[str]:
+    """The options every hook and wrapper invocation carries: exactly the installed recipes, a
+    custom one (in `files`: name -> host path of its JSON) as --recipe-file."""
     opts: list[str] = []
+    files = files or {}
     for name in sorted(recipes):
-        opts += ["--recipe", name]
+        opts += ["--recipe-file", files[name]] if name in files else ["--recipe", name]
     for name, root in sorted(recipes.items()):
         if root:
             opts += ["--driver-root", f"{name}={root}"]
@@ -98,20 +105,24 @@ def _json(doc: object) -> bytes:
     return (json.dumps(doc, indent=2) + "\n").encode()
 
 
-def _hooks_entry(settings: Settings, recipes: Mapping[str, str | None]) -> File:
-    opts = hook_options(recipes, settings.dev_root) + settings.trust_options
+def _hooks_entry(settings: Settings, recipes: Mapping[str, str | None], files: Mapping[str, str]) -> File:
+    opts = hook_options(recipes, settings.dev_root, files) + settings.trust_options
     cmd = specedits.HookCommand(settings.python, tuple(opts), root=settings.archive)
     return File(_json(specedits.hooks_d(cmd, settings.stage)))
 
 
-def shared_files(settings: Settings, recipes: Mapping[str, str | None]) -> dict[str, File]:
-    """The zipapp, the launcher and the hooks.d entry for `recipes` (pure)."""
-    opts = hook_options(recipes, settings.dev_root) + settings.trust_options
+def shared_files(
+    settings: Settings, recipes: Mapping[str, str | None], custom: Iterable[str] = ()
+) -> dict[str, File]:
+    """The zipapp, the launcher and the hooks.d entry for `recipes`, of which `custom` are custom
+    recipes installed from a file (pure)."""
+    files = installedrecipes.host_files(settings, (n for n in custom if n in recipes))
+    opts = hook_options(recipes, settings.dev_root, files) + settings.trust_options
     text = launcher.render(settings.python, settings.runc, settings.mode, opts, root=settings.archive)
     return {
         bundling.ARCHIVE_NAME: File(bundling.build(settings.archive)),
         LAUNCHER_NAME: File(text.encode(), 0o755),
-        HOOKS_D_FILE: _hooks_entry(settings, recipes),
+        HOOKS_D_FILE: _hooks_entry(settings, recipes, files),
     }
 
 
@@ -125,14 +136,19 @@ def refresh(root: str, host_root: str = "/", log: Log = _quiet) -> Manifest | No
         if old is None or not old.recipes:
             return None
         settings = old.settings
+        custom = installedrecipes.load(root, old)
+        names = installedrecipes.custom_names(old)
         files: dict[str, File | None] = dict.fromkeys((bundling.ARCHIVE_NAME, LAUNCHER_NAME))
-        files[HOOKS_D_FILE] = _hooks_entry(settings, old.recipes)
+        files[HOOKS_D_FILE] = _hooks_entry(
+            settings, old.recipes, installedrecipes.host_files(settings, names)
+        )
+        files.update(dict.fromkeys(recipe_file(n) for n in names))
         live = external_files(settings, files)
         notes: list[str] = []
         with_cdi = bool(settings.cdi_dir) or any(p.startswith(f"{CDI_DIR}/") for p in old.files)
         for name, driver_root in sorted(old.recipes.items()):
-            if with_cdi and name in BUILTIN:
-                made, external, said = cdi_files(settings, name, driver_root, host_root)
+            if with_cdi and (name in BUILTIN or name in custom):
+                made, external, said = cdi_files(settings, name, driver_root, host_root, custom)
                 files.update(made)
                 live.update(external)
                 notes += said
@@ -155,23 +171,31 @@ def _changes_only(log: Log) -> Log:
 
 
 def cdi_files(
-    settings: Settings, name: str, driver_root: str | None, host_root: str
+    settings: Settings,
+    name: str,
+    driver_root: str | None,
+    host_root: str,
+    custom: Mapping[str, Recipe] | None = None,
 ) -> tuple[dict[str, File], dict[str, File], tuple[str, ...]]:
     """The recipe's CDI specs: (root copy by relative path, live spec by absolute path, notes).
 
     The root copy (JSON, with the ldcache hook) is for podman and CRI-O pointed at the root; the
     live one (YAML, in `settings.cdi_dir`, no hook unless `cdi_ldcache`) is what containerd and
     CRI-O apply for the device plugin's CDI names. A recipe with no devices here has neither, and a
-    note that says why."""
-    recipe = BUILTIN[name]
-    opts = ["--recipe", name] + (["--driver-root", driver_root] if driver_root else [])
+    note that says why. `custom`: the custom recipes by name (their hook gets --recipe-file)."""
+    custom = custom or {}
+    recipe = custom[name] if name in custom else BUILTIN[name]
+    own = installedrecipes.host_files(settings, (name,))[name] if name in custom else None
+    opts = (["--recipe-file", own] if own else ["--recipe", name]) + (
+        ["--driver-root", f"{name}={driver_root}" if own else driver_root] if driver_root else []
+    )
     ldcache = specedits.HookCommand(settings.python, tuple(opts), root=settings.archive)
     root = driver_root or recipe.driver_root
     try:
         inv = host_inventory(recipe, driver_root, settings.dev_root, host_root)
-        listed = cdidevices.read_device_list(on_host(host_root, root))
-        proc = cdidevices.read_proc_uuids(host_root) if listed is None else {}
-        extra, notes = cdidevices.extra_devices(inv, listed, proc, host_root, settings.dev_root)
+        extra, notes = _extra_devices(
+            recipe, name in custom, inv, on_host(host_root, root), settings, host_root
+        )
         spec = cdi.generate(recipe, inv, ldcache, extra=extra)
         links = cdidevices.library_links(inv, on_host(host_root, root))
         live_hook = ldcache if settings.cdi_ldcache else None
@@ -185,6 +209,21 @@ def cdi_files(
         path = os.path.join(settings.cdi_dir, cdi.spec_file_name(recipe, "yaml"))
         external[path] = File(cdi.dumps(live, "yaml").encode())
     return files, external, tuple(f"{name}: {n}" for n in notes)
+
+
+def _extra_devices(
+    recipe: Recipe, custom: bool, inv: DriverInventory, driver_dir: str, settings: Settings, host_root: str
+) -> tuple[tuple[cdidevices.ExtraDevice, ...], tuple[str, ...]]:
+    """The CDI names beyond node numbers (`cdidevices`): a custom recipe's come from its simulated
+    driver's device list alone (no NVIDIA /proc, no note about it); devnodes hardware has none."""
+    if custom and recipe.backend != "nvml":
+        listed = cdidevices.read_device_list(driver_dir) if recipe.backend == "simulated" else None
+        if listed is None:
+            return (), ()
+        return cdidevices.extra_devices(inv, listed, {}, host_root, settings.dev_root)
+    listed = cdidevices.read_device_list(driver_dir)
+    proc = cdidevices.read_proc_uuids(host_root) if listed is None else {}
+    return cdidevices.extra_devices(inv, listed, proc, host_root, settings.dev_root)
 
 
 def cdi_repairs(old: Manifest | None, live: Mapping[str, File]) -> list[str]:
@@ -232,13 +271,17 @@ def install(
     with_cdi: bool = True,
     log: Log = _quiet,
     owner: str = DEFAULT_OWNER,
+    custom: Mapping[str, Recipe] | None = None,
 ) -> Manifest:
     """Install (or refresh) the runtime files for `recipes` (name -> driver root or None) in `root`,
-    on behalf of `owner`.
+    on behalf of `owner`; `custom` holds the recipes among them that are not built in (by name: each
+    is written to recipes/<name>.json, see `installedrecipes`).
 
     The recipes join those already installed there; `settings` replace the node's settings.
     """
-    unknown = sorted(set(recipes) - set(BUILTIN))
+    custom = dict(custom or {})
+    recipes = {**dict.fromkeys(custom), **recipes}
+    unknown = sorted(set(recipes) - set(BUILTIN) - set(custom))
     if unknown:
         raise InstallError(f"unknown recipe(s) {', '.join(unknown)} (known: {', '.join(sorted(BUILTIN))})")
     if not recipes:
@@ -250,13 +293,18 @@ def install(
         log(f"warning: no runc at {settings.runc} on this node: the launcher {LAUNCHER_NAME} cannot work")
     with RootLock(root):
         old = read_manifest(root)
+        installedrecipes.check_claims(root, old, custom, owner)
         if old is not None and old.settings != settings:
             log(f"settings for every recipe in {root} change: {asdict(old.settings)} -> {asdict(settings)}")
         merged = {**(old.recipes if old is not None else {}), **recipes}
         owners = {n: tuple(o) for n, o in (old.owners if old is not None else {}).items() if n in merged}
         for name in recipes:
             owners[name] = tuple(sorted({*owners.get(name, ()), owner}))
-        files: dict[str, File | None] = dict(shared_files(settings, merged))
+        # a recipe given now by name is a built-in: one of that name installed from a file is replaced
+        kept = {n: r for n, r in installedrecipes.load(root, old, skip=recipes).items() if n in merged}
+        custom = {**kept, **custom}
+        files: dict[str, File | None] = dict(shared_files(settings, merged, custom))
+        files.update({recipe_file(n): installedrecipes.document(r) for n, r in custom.items()})
         if host_root == "/":
             tag = _checked_archive(root, settings, files[bundling.ARCHIVE_NAME])
             if tag != bundling.CACHE_TAG:
@@ -266,7 +314,7 @@ def install(
         for name, driver_root in sorted(merged.items()):
             if not with_cdi:
                 continue
-            made, external, said = cdi_files(settings, name, driver_root, host_root)
+            made, external, said = cdi_files(settings, name, driver_root, host_root, custom)
             files.update(made)
             live.update(external)
             notes += said
@@ -320,14 +368,17 @@ def _purge_passthrough(root: str, log: Log) -> None:
         log(f"left {path}: not a launcher sro wrote")
 
 
-def _kept_live_specs(old: Manifest, left: Mapping[str, str | None]) -> dict[str, File]:
+def _kept_live_specs(
+    old: Manifest, left: Mapping[str, str | None], custom: Mapping[str, Recipe]
+) -> dict[str, File]:
     """The live CDI specs of the recipes that stay, as they are on disk now (their keeper, the
     runtime state of another owner, refreshes them)."""
     out = {}
     for name in left:
-        if name not in BUILTIN:
+        recipe = installedrecipes.recipe_of(name, custom)
+        if recipe is None:
             continue
-        path = os.path.join(old.settings.cdi_dir, cdi.spec_file_name(BUILTIN[name], "yaml"))
+        path = os.path.join(old.settings.cdi_dir, cdi.spec_file_name(recipe, "yaml"))
         if path not in old.external:
             continue
         try:
@@ -374,16 +425,20 @@ def uninstall(
         left = {n: r for n, r in old.recipes.items() if owners.get(n)}
         owners = {n: o for n, o in owners.items() if n in left}
         files: dict[str, File | None] = {}
+        names = installedrecipes.custom_names(old)
+        custom = installedrecipes.load(root, old, skip=set(names) - set(left), log=log) if left else {}
         if left:
-            files = dict(shared_files(old.settings, left))
+            files = dict(shared_files(old.settings, left, names))
             files[bundling.ARCHIVE_NAME] = None  # the same code keeps running: leave the archive be
-            cdi_paths = {f"{CDI_DIR}/{cdi.spec_file_name(BUILTIN[n], 'json')}" for n in left if n in BUILTIN}
+            kept = (installedrecipes.recipe_of(n, custom) for n in left)
+            cdi_paths = {f"{CDI_DIR}/{cdi.spec_file_name(r, 'json')}" for r in kept if r is not None}
             files.update(dict.fromkeys(cdi_paths & set(old.files)))
+            files.update(dict.fromkeys(recipe_file(n) for n in names if n in left))
         elif not purge:
             _leave_passthrough(root, old.settings.runc, log)
             old = replace(old, files={k: v for k, v in old.files.items() if k != LAUNCHER_NAME})
         notes = tuple(n for n in old.notes if n.split(":", 1)[0] in left)
         live = external_files(old.settings, files)
         if left and old.settings.cdi_dir:
-            live.update(_kept_live_specs(old, left))
+            live.update(_kept_live_specs(old, left, custom))
         return apply_files(root, old, Manifest(old.settings, left, {}, notes, owners), files, log, live)

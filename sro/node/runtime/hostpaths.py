@@ -56,7 +56,8 @@ def _host_mount(m: FileMount, host_root: str) -> FileMount:
 
 
 def _host_node(d: DeviceNode, host_root: str) -> DeviceNode:
-    return DeviceNode(d.path, _strip(d.host_path, host_root), d.major, d.minor, d.file_mode, d.device_id)
+    host_path = _strip(d.host_path, host_root)
+    return DeviceNode(d.path, host_path, d.major, d.minor, d.file_mode, d.device_id, d.companion)
 
 
 def host_inventory(recipe: Recipe, driver_root: str | None, dev_root: str, host_root: str) -> DriverInventory:

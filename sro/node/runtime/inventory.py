@@ -38,6 +38,7 @@ class DeviceNode:
     minor: int
     file_mode: int = 0o666
     device_id: str = ""  # the id users name it by ("0"); "" for control nodes
+    companion: bool = False  # one more node of device `device_id` (its primary node comes first)
 
     @property
     def cgroup_rule(self) -> str:
@@ -58,7 +59,7 @@ class DriverInventory:
     """One recipe's files on one node, found under its driver root and dev root."""
 
     recipe: str
-    devices: tuple[DeviceNode, ...]
+    devices: tuple[DeviceNode, ...]  # each device's primary node, then its companions
     control_nodes: tuple[DeviceNode, ...]
     libraries: Mapping[str, tuple[FileMount, ...]] = field(default_factory=dict)
     binaries: Mapping[str, tuple[FileMount, ...]] = field(default_factory=dict)
@@ -71,8 +72,20 @@ class DriverInventory:
         for d in self.devices:
             if d.device_id == wanted:
                 return d
-        have = ", ".join(d.device_id for d in self.devices) or "none"
+        have = ", ".join(dict.fromkeys(d.device_id for d in self.devices)) or "none"
         raise UnknownDeviceError(f"unknown device id {ref!r} for {self.recipe} (this node has: {have})")
+
+    def nodes_of(self, ref: str) -> tuple[DeviceNode, ...]:
+        """Every node of device `ref`: its primary node, then its companions."""
+        wanted = self.device(ref).device_id
+        return tuple(d for d in self.devices if d.device_id == wanted)
+
+    def by_device(self) -> dict[str, tuple[DeviceNode, ...]]:
+        """Device id -> its nodes (primary first), in the order the devices were found."""
+        out: dict[str, tuple[DeviceNode, ...]] = {}
+        for d in self.devices:
+            out[d.device_id] = (*out.get(d.device_id, ()), d)
+        return out
 
 
 @dataclass(frozen=True)
@@ -115,7 +128,7 @@ def plan(request: Request, inventory: DriverInventory) -> InjectionPlan:
     if request.all_devices:
         devices = inventory.devices
     else:
-        devices = tuple(inventory.device(ref) for ref in request.devices)
+        devices = tuple(n for ref in request.devices for n in inventory.nodes_of(ref))
     libraries = _groups(inventory.libraries, request.capabilities)
     mounts = (
         libraries

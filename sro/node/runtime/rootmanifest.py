@@ -24,10 +24,16 @@ HOOKS_D_NAME = "sro-hook.json"
 HOOKS_D_FILE = f"hooks.d/{HOOKS_D_NAME}"
 MANIFEST = "manifest.json"
 MANIFEST_KIND = "sro.dev/runtime-files"
+RECIPES_DIR = "recipes"  # a custom recipe's canonical JSON: recipes/<name>.json (installedrecipes)
 MODES = ("hook", "cdi")
 STAGES = ("prestart", "createContainer")
 
 Log = Callable[[str], None]
+
+
+def recipe_file(name: str) -> str:
+    """Where a custom recipe `name` is in the root, relative to it."""
+    return f"{RECIPES_DIR}/{name}.json"
 
 
 class InstallError(RuntimeError):
@@ -119,7 +125,8 @@ _SNAKE = {v: k for k, v in _CAMEL.items()}
 @dataclass(frozen=True)
 class Manifest:
     """What manifest.json says: the settings, the recipes (name -> driver root or None) with their
-    owners, and the files (relative path -> {"sha256", "mode"})."""
+    owners, and the files (relative path -> {"sha256", "mode"}); a custom recipe's own file
+    (`recipe_file(name)`) is among the files, and its entry names it (recipeFile)."""
 
     settings: Settings
     recipes: Mapping[str, str | None] = field(default_factory=dict)
@@ -137,6 +144,7 @@ class Manifest:
             "settings": {_CAMEL[k]: v for k, v in asdict(self.settings).items()},
             "recipes": {
                 name: {"driverRoot": root, "owners": sorted(self.owners.get(name, ()))}
+                | ({"recipeFile": recipe_file(name)} if recipe_file(name) in self.files else {})
                 for name, root in sorted(self.recipes.items())
             },
             "files": {path: dict(meta) for path, meta in sorted(self.files.items())},

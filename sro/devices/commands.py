@@ -24,7 +24,14 @@ import click
 from sro.api.builtin_recipes import SIMULATED_NVIDIA_DRIVER_ROOT
 from sro.api.recipes import SIMULATED_GPU
 from sro.api.yamltext import load_yaml_file
-from sro.devices import driverstate, simconfig, simnvml_state, simulated_driver, simulated_nvidia
+from sro.devices import (
+    driverstate,
+    simclass_command,
+    simconfig,
+    simnvml_state,
+    simulated_driver,
+    simulated_nvidia,
+)
 from sro.devices.model import DeviceUUID, Inventory
 
 # Written under the driver root by `--hold` once the driver is installed, removed before it is taken
@@ -99,6 +106,12 @@ def _check_driver_version(ctx: click.Context, param: click.Parameter, value: str
     help="Install this driver version instead of the config's driverVersion (installing another "
     "version over an installed driver replaces its files and device nodes: an upgrade).",
 )
+@click.option(
+    "--recipe-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="A custom simulated recipe (YAML): simulate its device class (--config then describes the "
+    "devices: sro/devices/simclass.py); the driver root defaults to the recipe's.",
+)
 @click.option("--remove", is_flag=True, help="Remove the device nodes and driver files instead.")
 @click.option(
     "--hold",
@@ -116,6 +129,7 @@ def simulate_driver(
     native_dir: Path,
     major: int | None,
     driver_version: str | None,
+    recipe_file: Path | None,
     remove: bool,
     hold: bool,
 ) -> None:
@@ -125,15 +139,18 @@ def simulate_driver(
         raise click.UsageError("--hold installs and holds the driver; it does not go with --remove")
     if remove and driver_version is not None:
         raise click.UsageError("--driver-version is for installing; it does not go with --remove")
-    if hold:
-        # From here a stop signal waits for sigwait below, even one that comes during the install:
-        # the driver is then installed completely and removed again, never left half-made.
-        signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
-        for signum in _STOP_SIGNALS:
-            # A handler, not the default: as PID 1 of a container the process gets only handled signals.
-            signal.signal(signum, lambda *_: None)
+    recipe = simclass_command.class_recipe(recipe_file, personality)
+    _block_stop_signals(hold)
+    if recipe is not None and not remove:
+        done = simclass_command.install(
+            recipe, config_path, driver_root, dev_root, proc_devices, major, driver_version
+        )
+        if hold:
+            _hold(done.driver_root, dev_root)
+        return
     if remove:
-        root = driver_root or DRIVER_ROOTS[personality or simconfig.PERSONALITIES[0]]
+        default_root = Path(recipe.driver_root) if recipe is not None else None
+        root = driver_root or default_root or DRIVER_ROOTS[personality or simconfig.PERSONALITIES[0]]
         removed = _remove(root, dev_root)
         click.echo(f"removed {len(removed)} simulated driver files and device nodes")
         return
@@ -180,6 +197,16 @@ def simulate_driver(
     click.echo(f"driver files in {root}")
     if hold:
         _hold(root, dev_root)
+
+
+def _block_stop_signals(hold: bool) -> None:
+    if hold:
+        # From here a stop signal waits for sigwait below, even one that comes during the install:
+        # the driver is then installed completely and removed again, never left half-made.
+        signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        for signum in _STOP_SIGNALS:
+            # A handler, not the default: as PID 1 of a container the process gets only handled signals.
+            signal.signal(signum, lambda *_: None)
 
 
 def _modules(proc_modules: Path) -> str:

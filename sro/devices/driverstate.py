@@ -13,7 +13,7 @@ import fcntl
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,14 +56,24 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def inventory_to_doc(inv: Inventory, major: int, control_minor: int) -> dict[str, Any]:
-    return {
+def inventory_to_doc(
+    inv: Inventory,
+    major: int,
+    control_minor: int | Sequence[int],
+    device_class: str = "",
+    files: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The device list's document. `control_minor` is one minor for every control node or one per
+    node; `device_class` and `files` (paths relative to the driver root that the driver made, for
+    `remove` to take exactly those) are a simulated device class's (`simclass`)."""
+    minors = [control_minor] * len(inv.control_nodes) if isinstance(control_minor, int) else control_minor
+    doc: dict[str, Any] = {
         "formatVersion": FORMAT_VERSION,
         "simulated": True,
         "backend": inv.backend,
         "driverVersion": inv.driver_version,
         "major": major,
-        "controlNodes": [{"path": p, "minor": control_minor} for p in inv.control_nodes],
+        "controlNodes": [{"path": p, "minor": m} for p, m in zip(inv.control_nodes, minors, strict=True)],
         "devices": [
             {
                 "uuid": d.uuid,
@@ -89,10 +99,17 @@ def inventory_to_doc(inv: Inventory, major: int, control_minor: int) -> dict[str
                     }
                     for m in d.mig_devices
                 ],
+                **({"companionNodes": list(d.companion_nodes)} if d.companion_nodes else {}),
+                **({"attributes": dict(sorted(d.attributes.items()))} if d.attributes else {}),
             }
             for d in inv.devices
         ],
     }
+    if device_class:
+        doc["class"] = device_class
+    if files:
+        doc["files"] = list(files)
+    return doc
 
 
 def inventory_from_doc(doc: Any, where: str) -> Inventory:
@@ -132,6 +149,8 @@ def inventory_from_doc(doc: Any, where: str) -> Inventory:
                     mig_enabled=bool(d.get("migEnabled", False)),
                     mig_devices=migs,
                     simulated=True,
+                    companion_nodes=tuple(str(c) for c in d.get("companionNodes", [])),
+                    attributes={str(k): str(v) for k, v in d.get("attributes", {}).items()},
                 )
             )
         return Inventory(

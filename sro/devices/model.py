@@ -8,6 +8,7 @@ and a stream of `HealthEvent`s; everything else is pure code over these records.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -52,13 +53,19 @@ class Device:
     mig_enabled: bool = False
     mig_devices: tuple[MigDevice, ...] = ()
     simulated: bool = False
+    # more nodes of this one device (an FPGA's render node beside its management node), as
+    # containers see them: a container given the device gets them too
+    companion_nodes: tuple[str, ...] = ()
+    # free-form facts a recipe's resource pools select on (a SmartNIC VF's `pf`), from the
+    # simulated class config; empty for GPUs
+    attributes: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Inventory:
     """Every device of one backend on one node, in index order."""
 
-    backend: str  # "nvml" | "simulated"
+    backend: str  # "nvml" | "simulated" | "devnodes"
     devices: tuple[Device, ...]
     driver_version: str = ""
     control_nodes: tuple[str, ...] = ()
@@ -96,6 +103,20 @@ class HealthEvent:
     xid: int | None = None
     sticky: bool = False
     message: str = ""
+
+
+_NODE_FIELD = re.compile(r"\{(index|minor)(?:\+(\d+))?\}")
+
+
+def node_path(pattern: str, index: int, minor: int | None = None) -> str:
+    """`pattern` with its `{index}`, `{index+N}` and `{minor}` filled in (a recipe's device node
+    or companion node pattern); `minor` defaults to the index."""
+
+    def fill(m: re.Match[str]) -> str:
+        base = index if m.group(1) == "index" else (index if minor is None else minor)
+        return str(base + int(m.group(2) or 0))
+
+    return _NODE_FIELD.sub(fill, pattern)
 
 
 class Backend(Protocol):

@@ -51,3 +51,16 @@ def test_config_is_reloaded_when_it_changes(tmp_path: Path) -> None:
     conf.unlink()
     config = loader.load()
     assert config.sleep_interval == 60 and config.problems[0].path == str(conf)
+
+
+def test_daemonset_sees_the_installed_recipes_and_simulated_drivers() -> None:
+    """sro's host tree, read-only: runtime/recipes (removed by the runtime once empty, so its parent
+    is mounted) and every simulated driver's root; a mount made there later shows (propagation)."""
+    ds = _objects()["DaemonSet"]
+    pod = ds["spec"]["template"]["spec"]  # type: ignore[index]
+    mounts = {m["mountPath"]: m for m in pod["containers"][0]["volumeMounts"]}
+    sro = mounts["/host/var/lib/sro"]
+    assert sro["readOnly"] is True and sro["mountPropagation"] == "HostToContainer"
+    volume = next(v for v in pod["volumes"] if v["name"] == sro["name"])
+    assert volume["hostPath"] == {"path": "/var/lib/sro", "type": "DirectoryOrCreate"}
+    assert not [p for p in mounts if p.startswith("/host/var/lib/sro/")]  # nothing nested under it

@@ -18,6 +18,7 @@ For a simulated recipe the same facts go under the recipe's own prefix (`sro.dev
 hardware ever matches a simulated device. GPUs that NVML names as simulated (the simulated driver's
 NVIDIA personality: "NVIDIA A100-SXM4-40GB (simulated)") keep NVIDIA's keys, because that driver is
 there to test what is written for NVIDIA, and the node also gets `sro.dev/simulated=true`.
+The custom recipes installed on the node add their own devices and labels (`recipes`).
 
 The source reads the simulated driver's device list from the host (through the HostReader, so fake
 trees and `capture-host` see it) and asks NVML (`sro.devices.nvml`) where there is one: under the
@@ -41,6 +42,7 @@ from sro.devices.driverstate import DriverStateError, inventory_from_doc
 from sro.devices.model import Device, DeviceUUID, Inventory, MigDevice
 from sro.devices.nvml import LIBRARY_DIRS, NVML_LIBRARY, NvmlBackend
 from sro.host.reading import HostReader
+from sro.node.discovery import recipes
 from sro.node.discovery.config import Config
 from sro.node.discovery.features import Attrs, Features
 
@@ -279,25 +281,30 @@ class AcceleratorSource:
             except (json.JSONDecodeError, DriverStateError) as e:
                 reader.problem(path, f"unusable simulated device list ({e})")
         cuda: dict[str, str] = {}
+        nvml: Inventory | None = None
         driver_root = nvml_driver_root(reader)
         if driver_root is not None or reader.is_char_device(reader.host.dev / "nvidiactl"):
             found = self._nvml(reader, driver_root)
             if found is not None:
-                inventories.append(found[0])
+                nvml = found[0]
+                inventories.append(nvml)
                 cuda = {"nvml": found[1]} if found[1] else {}
         drivers = {inv.backend: inv.driver_version for inv in inventories}
         machine = reader.read_value(reader.host.sys / "class/dmi/id/product_name") or ""
         strategy = mig_strategy(os.environ.items())
+        kinds, recipe_devices = recipes.features(reader, nvml)
         return Features(
             attributes={
                 "driver": drivers,
                 "cuda": cuda,
                 "machine": {"product_name": machine} if machine else {},
                 "mig": {"strategy": strategy},
+                **({recipes.RECIPE: kinds} if kinds else {}),
             },
             instances={
                 "device": tuple(a for inv in inventories for a in _device_attrs(inv)),
                 "mig_device": tuple(a for inv in inventories for a in _mig_attrs(inv)),
+                **({recipes.RECIPE_DEVICE: recipe_devices} if recipe_devices else {}),
             },
         )
 
@@ -338,6 +345,8 @@ class AcceleratorSource:
                     mig_strategy=strategy,
                 )
             )
+        kinds = features.attributes.get(recipes.RECIPE, {})
+        out.update(recipes.labels(kinds, features.instances.get(recipes.RECIPE_DEVICE, ()), sanitise))
         return out
 
 

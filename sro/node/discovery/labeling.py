@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from sro.api.names import NFD_PREFIX
+from sro.api.names import NFD_PREFIX, PREFIX
 from sro.api.recipes import NVIDIA_GPU, SIMULATED_GPU
 from sro.host.reading import Problem
 from sro.nfd.matching import label_problem
@@ -20,7 +20,11 @@ from sro.node.discovery import custom
 from sro.node.discovery.config import Config
 from sro.node.discovery.features import FeatureSource, SourceResult
 
-ACCELERATOR_PREFIXES = (NVIDIA_GPU.label_prefix, SIMULATED_GPU.label_prefix)
+# The accelerator source's keys: GFD's, the simulated GPU's, and every custom recipe's
+# `sro.dev/<name>.` (count, product, simulated). Only keys in discovery's ownership record are ever
+# mapped back to a source, so another writer's `sro.dev/` label (the operator's state labels, an
+# opt-in `sro.dev/<name>.enabled`) is never taken for ours, nor removed.
+ACCELERATOR_PREFIXES = (NVIDIA_GPU.label_prefix, SIMULATED_GPU.label_prefix, PREFIX)
 
 
 @dataclass(frozen=True)

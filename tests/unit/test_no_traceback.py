@@ -316,6 +316,9 @@ def _curated() -> list[Case]:
         Case("runtime write-launcher: no PATH", ("runtime", "write-launcher"), ("PATH",)),
         Case("runtime install: --root under a file", (*base("runtime", "install"), "--root", "{t}/file/rt"), ("{t}/file/rt",)),
         Case("runtime install: no such --python", (*base("runtime", "install"), "--python", "/no/such/python3"), ("/no/such/python3",)),
+        Case("runtime install: --recipe-file not YAML", (*base("runtime", "install"), "--recipe-file", "{t}/bad.yaml"), ("{t}/bad.yaml",)),
+        Case("runtime install: --recipe-file wrong types", (*base("runtime", "install"), "--recipe-file", "{t}/wrong-recipe.yaml"),
+             ("name",)),
         Case("runtime: no such runc", ("runtime", "--runc", "{t}/missing-runc", "--", "state", "c1"), ("{t}/missing-runc",)),
         Case("runtime: --runc not absolute", ("runtime", "--runc", "runc", "--", "state", "c1"), ("--runc",)),
         # no permission: as nobody

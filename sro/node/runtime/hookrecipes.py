@@ -10,6 +10,9 @@ so the hook's activation and driver-file code reads them exactly as it reads a `
 
 from __future__ import annotations
 
+import os
+from stat import S_ISREG
+
 from sro.api import builtin_recipes as _builtin
 
 TYPE_CHECKING = False
@@ -83,11 +86,13 @@ def load_file(path: str) -> HookRecipe:
 
     try:
         with open(path, "rb") as f:
-            raw = f.read(MAX_RECIPE_BYTES + 1)
+            # the size first: read(n) would allocate all n bytes up front, on every container start
+            st = os.fstat(f.fileno())
+            if not S_ISREG(st.st_mode) or st.st_size > MAX_RECIPE_BYTES:
+                raise ValueError(f"{path}: not a regular file of at most {MAX_RECIPE_BYTES} bytes")
+            raw = f.read()
     except OSError as e:
         raise ValueError(f"{path}: cannot read the recipe: {e.strerror or e}") from None
-    if len(raw) > MAX_RECIPE_BYTES:
-        raise ValueError(f"{path}: larger than {MAX_RECIPE_BYTES} bytes, not a recipe")
     try:
         doc = loads(raw)
     except ValueError as e:  # json's own message (UnicodeDecodeError is a ValueError too)

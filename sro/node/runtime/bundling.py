@@ -33,6 +33,7 @@ MODULES = (
     "__init__.py",
     "api/__init__.py",
     "api/builtin_recipes.py",
+    "api/recipecheck.py",
     "node/__init__.py",
     "node/runtime/__init__.py",
     "node/runtime/activation.py",

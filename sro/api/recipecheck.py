@@ -9,8 +9,8 @@ it creates in them, so the path rules are what keeps a recipe from reaching outs
 driver root: a pattern, a name or a glob that could climb out (`..`, `/`) is refused, never
 normalised into something the admin did not write.
 
-Each function takes the value (already known to be a `str`) and returns a short phrase saying what
-is wrong, which the caller prefixes with the file and the field.
+Each rule takes the value (already known to be a `str`) and returns a short phrase saying what is
+wrong; `recipe_fields` walks a whole document with them and raises `Refused` naming the field.
 """
 
 from __future__ import annotations
@@ -292,34 +292,20 @@ FIELDS = {
 }
 
 
+_EMPTY_TUPLES = ("pci_classes", "pci_devices", "default_capabilities", "companion_nodes", "control_nodes")
+
+
 def _defaults() -> dict[str, object]:
     """What a recipe holds where its document leaves a field out (backend-dependent ones aside)."""
-    return {
-        "pci_classes": (),
-        "pci_devices": (),
-        "capabilities_env": "",
-        "default_capabilities": (),
-        "companion_nodes": (),
-        "control_nodes": (),
-        "libraries": {},
-        "binaries": {},
-        "directories": {},
-        "firmware": (),
-        "validation_commands": (),
-        "metrics": "telemetry",
-        "pools": {},
-        "simulated": False,
-    }
+    out: dict[str, object] = dict.fromkeys((*_EMPTY_TUPLES, "firmware", "validation_commands"), ())
+    out |= {k: {} for k in ("libraries", "binaries", "directories", "pools")}
+    return out | {"capabilities_env": "", "metrics": "telemetry", "simulated": False}
 
 
 def _string(value: object, field: str) -> str:
     if not isinstance(value, str):
-        return _refuse(field, f"expected a string, got {value!r}")
+        raise Refused(field, f"expected a string, got {value!r}")
     return value
-
-
-def _refuse(field: str, why: str) -> str:
-    raise Refused(field, why)
 
 
 def _checked(value: str, field: str, problem: str) -> str:
@@ -354,10 +340,6 @@ def _groups(value: object, field: str, check: Callable[[str], str]) -> dict[str,
     return out
 
 
-def _any(value: str) -> str:
-    return ""
-
-
 def _validation(value: object, binaries: Iterable[str]) -> tuple[tuple[str, ...], ...]:
     doc = _mapping(value, "validation", "commands: [argv, ...]")
     unknown = sorted(str(k) for k in doc if k != "commands")
@@ -370,7 +352,7 @@ def _validation(value: object, binaries: Iterable[str]) -> tuple[tuple[str, ...]
     out = []
     for i, argv in enumerate(commands):
         at = f"validation.commands[{i}]"
-        args = _strings(argv, at, _any)
+        args = _strings(argv, at, lambda _: "")
         if not args:
             raise Refused(at, "an empty command")
         if args[0] not in known:
@@ -435,9 +417,8 @@ def recipe_fields(doc: object) -> dict[str, object]:
         caps_env = _string(get("capabilitiesEnv"), "capabilitiesEnv")
         fields["capabilities_env"] = _checked(caps_env, "capabilitiesEnv", env_name(caps_env))
     if "defaultCapabilities" in doc:
-        fields["default_capabilities"] = _strings(
-            get("defaultCapabilities"), "defaultCapabilities", capability
-        )
+        caps = _strings(get("defaultCapabilities"), "defaultCapabilities", capability)
+        fields["default_capabilities"] = caps
     kind = _string(get("cdiKind", resource), "cdiKind")
     fields["cdi_kind"] = _checked(kind, "cdiKind", cdi_kind(kind))
     default_root = f"{SIMULATED_ROOTS}/{name}" if backend == "simulated" else "/"

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sro.api.names import simulated_driver_opt_in_label
+from sro.api.names import DRIVER, simulated_driver_opt_in_label
 from sro.api.recipes import BUILTIN, Recipe, RecipeError, recipe_from_dict
 from sro.api.specialresource import SpecError, SpecialResourceSpec
 from sro.api.specparsing import check_driver, parse_spec, with_driver_mode
@@ -73,6 +73,11 @@ class Claim:
     created: str
     resource: str
     nodes: frozenset[str]
+    # every resource it announces (its recipe's pools too); empty: `resource` alone
+    resources: frozenset[str] = frozenset()
+
+    def takes(self, resources: frozenset[str]) -> bool:
+        return bool((self.resources or {self.resource}) & resources)
 
 
 def _raw_selector(spec: Mapping[str, Any]) -> dict[str, str] | None:
@@ -121,17 +126,24 @@ def claim_of(
         )
     else:
         held = frozenset(n.name for n in nodes if matches(n, terms))
-    return Claim(other.name, other.created, resource, held)
+    announced = frozenset(recipe.announced_resources) if recipe else frozenset({resource})
+    return Claim(other.name, other.created, resource, held, announced)
 
 
 def contested(
-    sr: SpecialResourceInfo, resource: str, selected: Sequence[NodeInfo], claims: Sequence[Claim]
+    sr: SpecialResourceInfo,
+    resource: str,
+    selected: Sequence[NodeInfo],
+    claims: Sequence[Claim],
+    announced: Sequence[str] = (),
 ) -> dict[str, str]:
     """The selected nodes an older SpecialResource (by creationTimestamp, then name) holds for the
-    same extended resource, each with the oldest such holder's name: only one device plugin may
-    announce a resource on a node, and each node goes to the oldest SpecialResource selecting it."""
+    same extended resource (any of `announced`, a recipe's pools included), each with the oldest
+    such holder's name: only one device plugin may announce a resource on a node, and each node goes
+    to the oldest SpecialResource selecting it."""
+    mine = frozenset({resource, *announced})
     older = sorted(
-        (c for c in claims if c.resource == resource and (c.created, c.sr) < (sr.created, sr.name)),
+        (c for c in claims if c.takes(mine) and (c.created, c.sr) < (sr.created, sr.name)),
         key=lambda c: (c.created, c.sr),
     )
     out: dict[str, str] = {}
@@ -157,6 +169,14 @@ def admit(obs: Observed, namespace: str) -> Admitted | Refusal:
         partitioning.check(spec, recipe)
     except SpecError as e:
         return Refusal("SpecInvalid", str(e))
+    if custom_simulated_without_devices(spec, recipe):
+        return Refusal(
+            "SpecInvalid",
+            f"spec.driver.devicesConfig: required for the simulated recipe {recipe.name!r}: the devices "
+            "sro's simulated driver makes (a device class config: driverVersion, class, count, defaults, "
+            "libraries, binaries)",
+            recipe.resource,
+        )
     if spec.custom_manifests and obs.custom_manifests is None:
         return Refusal(
             "CustomManifestsMissing",
@@ -164,6 +184,12 @@ def admit(obs: Observed, namespace: str) -> Admitted | Refusal:
             recipe.resource,
         )
     return Admitted(spec, recipe)
+
+
+def custom_simulated_without_devices(spec: SpecialResourceSpec, recipe: Recipe) -> bool:
+    """A custom simulated recipe's driver has no default devices (the built-in's are GPUs)."""
+    driver = spec.state(DRIVER).enabled and spec.driver.mode != "host"
+    return bool(spec.recipe_config_map) and recipe.simulated and driver and not spec.driver.devices_config
 
 
 RESERVED_PREFIX = "sro-"  # names of objects sro makes: its install, every state, quotas, pods
@@ -234,7 +260,8 @@ def matches(node: NodeInfo, terms: Sequence[Term]) -> bool:
 def default_terms(recipe: Recipe, driver_mode: str) -> tuple[Term, ...]:
     """The nodes a recipe selects with no spec.nodeSelector: its hardware's PCI labels, or on sro's
     simulated driver standing in for real hardware (`driver.mode: simulated`), the nodes that opt
-    in with `sro.dev/<recipe>.simulated=true` (they have no such PCI device)."""
+    in with `sro.dev/<recipe>.simulated=true` (they have no such PCI device). A custom recipe's real
+    hardware carries its NodeFeatureRule's label (`recipedistribution.node_feature_rule`)."""
     if driver_mode == "simulated" and not recipe.simulated:
         return ({simulated_driver_opt_in_label(recipe.name): "true"},)
     return recipe.default_node_selector_terms()

@@ -19,7 +19,7 @@ from typing import Any
 
 from sro.api.names import READY, state_label
 from sro.api.timestamps import now_utc
-from sro.operator import partitioning
+from sro.operator import partitioning, recipedistribution
 from sro.operator.admission import (
     Refusal,
     admit,
@@ -34,12 +34,14 @@ from sro.operator.admission import (
 from sro.operator.observed import NodeInfo, Observed, PodInfo
 from sro.operator.plan import NodeEvent, NodePatch, Plan, merge
 from sro.operator.release import release
-from sro.operator.rendering import Context, RenderError, Term
+from sro.operator.rendering import Context, RenderError, Term, decorate
 from sro.operator.states import STATES, DriverState, State, ValidationState
 from sro.operator.status import NodeRow, build_status, without_empty
 from sro.operator.upgrade.adapter import as_patch, release_upgrade, upgrades, with_upgrade
 from sro.operator.upgrade.machine import UpgradePlan
 from sro.operator.walk import walk
+
+RECIPE_COMPONENT = "recipe"  # the component (and state) label of a custom recipe's ConfigMap
 
 
 def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Plan:
@@ -65,7 +67,7 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
     selected = [n for n in obs.nodes if matches(n, terms)]
     # nodes an older SpecialResource holds for the same resource: refused here, listed in the status
     claims = [c for o in obs.others if (c := claim_of(o, obs.other_recipes, obs.nodes)) is not None]
-    held = contested(sr, recipe.resource, selected, claims)
+    held = contested(sr, recipe.resource, selected, claims, recipe.announced_resources)
     refused_rows = [
         NodeRow(
             name, reason="ResourceConflict", message=conflict_message(holder, recipe.resource), refused=True
@@ -81,7 +83,7 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
     except (RenderError, ValueError) as e:
         return refused(obs, Refusal("RenderFailed", str(e), recipe.resource))
 
-    shaping = partitioning.objects(sr.name, sr.uid, spec, recipe, obs.namespaces)
+    shaping = [*partitioning.objects(sr.name, sr.uid, spec, recipe, obs.namespaces), *_discovery(ctx)]
     clash = custom_conflict(objects, builtin, shaping) if ctx.custom else None
     if clash is not None:
         return refused(obs, replace(clash, resource=recipe.resource))
@@ -175,6 +177,9 @@ def _render(
     state is gated on the selector alone (the driver also on its revision label, which only the
     nodes of this SpecialResource get): it leaves out the nodes another SpecialResource holds."""
     objects: list[dict[str, Any]] = []
+    if ctx.spec.recipe_config_map:  # the admitted custom recipe, mounted by every agent below
+        doc = recipedistribution.config_map(ctx.sr, ctx.namespace, ctx.recipe)
+        objects.append(decorate(doc, ctx, RECIPE_COMPONENT))
     gate: Sequence[Term] = terms
     for i, state in enumerate(chain):
         rendered = state.render(ctx, selected, gate)
@@ -188,6 +193,15 @@ def _render(
         if isinstance(state, ValidationState):
             state.pod(ctx, "node", "check")
     return objects
+
+
+def _discovery(ctx: Context) -> list[dict[str, Any]]:
+    """The NodeFeatureRule that finds a custom recipe's real hardware (cluster-wide, labelled with
+    the SpecialResource: deleted with it, or when it stops naming that recipe)."""
+    if not ctx.spec.recipe_config_map:
+        return []
+    rule = recipedistribution.node_feature_rule(ctx.sr, ctx.recipe)
+    return [rule] if rule is not None else []
 
 
 def _exclude(obj: dict[str, Any], nodes: Sequence[str]) -> None:

@@ -42,6 +42,7 @@ from sro.api.recipes import Recipe
 from sro.api.specialresource import SpecialResourceSpec, StateSpec
 from sro.install.objects import INSTALL_KINDS
 from sro.manifests import render
+from sro.operator.recipedistribution import template_values
 
 # The template values that come from a spec or a custom recipe (the rest are sro's own names, enums
 # and numbers), and for the two block-scalar configs, how the template's literal block would have
@@ -133,6 +134,8 @@ def render_state(ctx: Context, state: str, component: str, **values: Any) -> lis
     )
     if ctx.simulated_driver:
         base["simulated_driver"] = True
+    # a custom recipe reaches the agents as a mounted file (`recipedistribution`)
+    base.update(template_values(ctx.sr, ctx.recipe, bool(ctx.spec.recipe_config_map)))
     base.update(values)
     base, tokens = _as_tokens(base)
     try:

@@ -136,6 +136,28 @@ class DevicePluginState(DaemonSetState):
         docs = render_state(ctx, self.name, self.component, name=ctx.object_name(self.name), **values)
         return [decorate(d, ctx, self.name, gate) for d in docs]
 
+    def readiness(self, ctx: Context, node: NodeInfo, pods: Sequence[PodInfo], now: datetime) -> Readiness:
+        """Ready as any DaemonSet state; for a custom recipe also once the node announces one of
+        its resources (with pools, a device may be under any of them): a plugin that registered
+        and found no device is not ready."""
+        verdict = super().readiness(ctx, node, pods, now)
+        if not verdict.ready or not ctx.spec.recipe_config_map:
+            return verdict
+        resources = ctx.recipe.announced_resources
+        if any(_quantity(node.capacity.get(r, "")) > 0 for r in resources):
+            return verdict
+        return Readiness(
+            False, "NoDevicesAnnounced", f"the node announces none of {', '.join(resources)} yet"
+        )
+
+
+def _quantity(value: str) -> int:
+    """An extended resource's count (a plain integer); 0 for anything else."""
+    try:
+        return int(value)
+    except ValueError:
+        return 0
+
 
 class RuntimeState(DaemonSetState):
     def values(self, ctx: Context) -> dict[str, Any]:
@@ -262,6 +284,8 @@ class ValidationState(State):
 
     def pod(self, ctx: Context, node: str, inputs: str) -> dict[str, Any]:
         values: dict[str, Any] = {"name": self.pod_name(ctx, node), "node": node, "check": self.check}
+        if ctx.recipe.pools:  # a device in a pool is announced under the pool's resource only
+            values["validation_resource"] = ctx.recipe.announced_resources[0]
         if ctx.spec.state(self.name).timeout_seconds:
             values["deadline_seconds"] = ctx.spec.state(self.name).timeout_seconds
         if ctx.spec.cuda_sample:

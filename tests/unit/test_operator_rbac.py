@@ -34,6 +34,7 @@ from sro.manifests import components, render
 from sro.operator.cluster.cache import ClusterCache
 from sro.operator.cluster.nfdrules import NodeFeatureRuleIO
 from sro.operator.cluster.specialresources import (
+    CLUSTER_SCOPED,
     ELSEWHERE_KINDS,
     MONITORING_KINDS,
     OWNED_KINDS,
@@ -59,6 +60,8 @@ KOPF: frozenset[tuple[str, str, str]] = frozenset({
     ("list", "specialresources", CLUSTER), ("watch", "specialresources", CLUSTER),
     ("list", "nodefeaturerules", CLUSTER), ("watch", "nodefeaturerules", CLUSTER),
     ("list", "nodefeatures", NS), ("watch", "nodefeatures", NS),
+    # the ConfigMaps of our namespace (sro/operator/handlers.py: a custom recipe edited wakes its passes)
+    ("list", "configmaps", NS), ("watch", "configmaps", NS),
     # _core/reactor/observation.py resource_observer: watches CRDs for resources that come and go
     ("list", "customresourcedefinitions", CLUSTER), ("watch", "customresourcedefinitions", CLUSTER),
     # _core/reactor/observation.py namespace_observer: not clusterwide, so it lists and watches
@@ -189,9 +192,10 @@ def _an(kind: str) -> dict[str, Any]:
             return doc
     api_version = {"DaemonSet": "apps/v1", "PriorityClass": "scheduling.k8s.io/v1",
                    "ServiceMonitor": "monitoring.coreos.com/v1",
-                   "PrometheusRule": "monitoring.coreos.com/v1"}.get(kind, "v1")  # fmt: skip
+                   "PrometheusRule": "monitoring.coreos.com/v1",
+                   "NodeFeatureRule": "nfd.k8s-sigs.io/v1alpha1"}.get(kind, "v1")  # fmt: skip
     # partitioning objects live in the namespaces a SpecialResource caps (or cluster-wide)
-    namespace = {} if kind == "PriorityClass" else {"namespace": "team-a"}
+    namespace = {} if kind in CLUSTER_SCOPED else {"namespace": "team-a"}
     return {"apiVersion": api_version, "kind": kind,
             "metadata": {"name": f"sro-{kind.lower()}", **namespace,
                          "labels": {SPECIALRESOURCE_LABEL: "gpus"}}, **SPECS.get(kind, {})}  # fmt: skip
@@ -213,7 +217,7 @@ async def _run_the_operators_io(api: RecordingApi) -> None:
             apply=tuple(_an(k) for k in (*writable, *ELSEWHERE_KINDS)),
             delete=tuple((k, f"sro-{k.lower()}") for k in writable),
             delete_elsewhere=tuple(
-                (k, "" if k == "PriorityClass" else "team-a", "x") for k in ELSEWHERE_KINDS
+                (k, "" if k in CLUSTER_SCOPED else "team-a", "x") for k in ELSEWHERE_KINDS
             ),
             create_pods=({**_an("Pod"), "spec": {"containers": [{"name": "c", "image": "i"}]}},),
             delete_pods=("sro-pod",),

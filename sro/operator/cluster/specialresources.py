@@ -58,7 +58,9 @@ OWNED_KINDS = ("DaemonSet", "ConfigMap", "Service")
 # The Prometheus operator's kinds, owned only where its CRDs exist (the monitoring state renders them then)
 MONITORING_KINDS = ("ServiceMonitor", "PrometheusRule")
 SERVICE_MONITOR_CRD = "servicemonitors.monitoring.coreos.com"
-ELSEWHERE_KINDS = ("PriorityClass", "ResourceQuota", "LimitRange")  # cluster-wide or in any namespace
+# cluster-wide or in any namespace: the partitioning objects, a custom recipe's NodeFeatureRule
+ELSEWHERE_KINDS = ("PriorityClass", "ResourceQuota", "LimitRange", "NodeFeatureRule")
+CLUSTER_SCOPED = frozenset({"PriorityClass", "NodeFeatureRule"})
 LOG_TAIL_LINES = 20
 # Pod creations and deletions and node patches of one plan run this many at a time: at 1,000 nodes
 # a step reaches every node, and one request after another would make a pass last minutes.
@@ -216,10 +218,11 @@ class SpecialResourceIO:
         return quotas
 
     async def _owned_elsewhere(self, sr: str) -> list[tuple[str, str, str]]:
-        """Our partitioning objects: PriorityClasses (cluster-wide), quotas and limits (any namespace)."""
+        """Our objects elsewhere: PriorityClasses and a custom recipe's NodeFeatureRule (cluster-wide),
+        quotas and limits (any namespace)."""
         out: list[tuple[str, str, str]] = []
         for kind in ELSEWHERE_KINDS:
-            namespace = None if kind == "PriorityClass" else ALL_NAMESPACES
+            namespace = None if kind in CLUSTER_SCOPED else ALL_NAMESPACES
             for doc in await self.objects.list(kind, namespace=namespace, labels={SPECIALRESOURCE_LABEL: sr}):
                 md = doc["metadata"]
                 out.append((kind, md.get("namespace") or "", md["name"]))

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from sro.api.names import DRIVER
 from sro.operator.observed import NodeInfo, PodInfo
+from sro.operator.recipedistribution import recipe_hash
 from sro.operator.rendering import Context, short_hash
 
 
@@ -32,6 +33,8 @@ def driver_revision(ctx: Context) -> str:
         st.env,
         sorted(st.resources.items(), key=str),
         sorted(ctx.overrides(DRIVER).items()),
+        # a custom recipe's driver follows its recipe (a built-in's revision stays as it was)
+        *((recipe_hash(ctx.recipe),) if ctx.spec.recipe_config_map else ()),
         length=6,
     )
     version = re.sub(r"[^A-Za-z0-9._-]+", "-", drv.version or "default")[:40].strip("-._") or "v"

@@ -12,7 +12,7 @@ import yaml
 from sro.operator.cluster.specialresources import SpecialResourceIO
 from sro.operator.observed import SpecialResourceInfo
 from sro.operator.reconcile import reconcile
-from tests.unit.operator.test_conflicts import CUSTOM_GPU, PCI_NVIDIA
+from tests.unit.operator.test_conflicts import CUSTOM_GPU, MY_GPU_PRESENT, PCI_NVIDIA
 from tests.unit.operator.test_reconcile import NOW, NS, node
 
 OTHER = {"recipe": "my-gpu", "recipeConfigMap": "my-gpu-recipe", "driver": {"mode": "host"}}
@@ -48,7 +48,7 @@ class FakeObjects:
 
 class FakeCache:
     def __init__(self) -> None:
-        self.gpu = node("g", opt_in=False, **{PCI_NVIDIA: "true"})
+        self.gpu = node("g", opt_in=False, **{PCI_NVIDIA: "true", MY_GPU_PRESENT: "true"})
 
     async def synced(self) -> None:
         return None

@@ -20,6 +20,7 @@ from tests.unit.operator.test_status_schema import empty_strings, fits
 OLDER = "2026-11-22T09:00:00Z"
 POOL = "example.com/pool"
 PCI_NVIDIA = "feature.node.kubernetes.io/pci-0300_10de.present"
+MY_GPU_PRESENT = "sro.dev/my-gpu.present"  # what the custom recipe's NodeFeatureRule labels
 CUSTOM_GPU = {
     "name": "my-gpu",
     "resource": "nvidia.com/gpu",
@@ -115,7 +116,7 @@ def test_the_name_breaks_a_tie_of_creation_times() -> None:
 
 
 def test_a_custom_recipe_announcing_nvidia_gpu_conflicts_with_the_builtin() -> None:
-    gpu = node("g", opt_in=False, **{PCI_NVIDIA: "true"})
+    gpu = node("g", opt_in=False, **{PCI_NVIDIA: "true", MY_GPU_PRESENT: "true"})
     builtin = sr({"recipe": "nvidia-gpu", "driver": {"mode": "host"}}, name="nvidia", created=OLDER)
     custom_spec = {"recipe": "my-gpu", "recipeConfigMap": "my-gpu-recipe", "driver": {"mode": "host"}}
     custom = sr(custom_spec, name="mine")

@@ -83,7 +83,12 @@ def driver_command(
     if simulated:  # the simulated NVML this process loads lists the GPUs whose nodes are in --dev-root
         os.environ[tools.SIMNVML_DEV_ROOT_ENV] = str(dev_root)
     host = HostRoot.at("/").with_tree(dev=dev_root)
-    report = driver.validate(recipe, root, host, simulated_driver=simulated)
+    if tools.builtin(recipe):
+        report = driver.validate(recipe, root, host, simulated_driver=simulated)
+    else:
+        from sro.node.validation import recipevalidation
+
+        report = recipevalidation.validate_driver(recipe, root, host)
     _finish(report, termination_log)
 
 
@@ -112,5 +117,10 @@ def workload_command(
     # the hook mounts the simulated NVML's state directory into the container (a utility directory)
     simulated = not recipe.simulated and (simulated_driver or tools.simulated_nvidia(Path("/")))
     host = HostRoot.at("/").with_tree(dev=dev_root)
-    report = workload.validate(recipe, os.environ, host, cuda_sample, simulated_driver=simulated)
+    if tools.builtin(recipe):
+        report = workload.validate(recipe, os.environ, host, cuda_sample, simulated_driver=simulated)
+    else:
+        from sro.node.validation import recipevalidation
+
+        report = recipevalidation.validate_workload(recipe, os.environ, host)
     _finish(report, termination_log)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sro.api.builtin_recipes import SIMNVML_STATE_DIR
-from sro.api.recipes import Recipe
+from sro.api.recipes import BUILTIN, Recipe
 
 BIN_DIRS = ("bin", "usr/bin", "sbin", "usr/sbin")
 TIMEOUT_S = 60.0
@@ -67,8 +67,17 @@ class ToolRun:
         return f"exit status {self.rc}{tail}" if self.rc >= 0 else f"killed by signal {-self.rc}{tail}"
 
 
+def builtin(recipe: Recipe) -> bool:
+    """A built-in GPU recipe (by name: no custom recipe may take one; nvidia-gpu on the simulated
+    driver has another driver root): only these have a `-L` listing tool, NVML and CUDA."""
+    return recipe.name in BUILTIN
+
+
 def tool_name(recipe: Recipe) -> str | None:
-    """The recipe's listing tool: the first binary of its `utility` group (or of any group)."""
+    """The recipe's listing tool: the first binary of its `utility` group (or of any group); a custom
+    recipe has none (its `validation.commands` are run instead: `recipechecks`)."""
+    if not builtin(recipe):
+        return None
     for name in (*recipe.binaries.get("utility", ()), *(b for g in recipe.binaries.values() for b in g)):
         return name
     return None

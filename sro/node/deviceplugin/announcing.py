@@ -6,12 +6,14 @@ physical parent. Building that table once, from the inventory and the config, ke
 methods to lookups. MIG strategies follow NVIDIA's: `none` announces whole GPUs, `single` announces
 the MIG devices under the base resource (all GPUs must be MIG-enabled with one profile), `mixed`
 announces one resource per MIG profile next to the whole non-MIG GPUs. Time-slicing replicates a
-unit `replicas` times as `<id>::<n>`, per device, optionally renamed (`.shared`).
+unit `replicas` times as `<id>::<n>`, per device, optionally renamed (`.shared`). A recipe's pools
+(a SmartNIC's VFs per physical function) announce a device whose attributes match a pool's
+selector under the pool's resource, each its own kubelet registration, the others under the base.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from sro.devices.model import Device, DeviceUUID, Inventory, MigDevice
@@ -51,7 +53,9 @@ class ResourcePlan:
 
 
 def _gpu_unit(d: Device) -> Unit:
-    return Unit(d.uuid, d.uuid, str(d.index), d.numa_node, (d.device_node,), tuple(sorted(d.nvlinks.items())))
+    # a device's companion nodes (an FPGA's render node) go with it wherever its node goes
+    nodes = (d.device_node, *(c for c in d.companion_nodes if c != d.device_node))
+    return Unit(d.uuid, d.uuid, str(d.index), d.numa_node, nodes, tuple(sorted(d.nvlinks.items())))
 
 
 def _mig_unit(d: Device, m: MigDevice) -> Unit:
@@ -65,8 +69,35 @@ def mig_resource(base: str, profile: str) -> str:
     return f"{domain}/mig-{profile}" if name == "gpu" else f"{base}-mig-{profile}"
 
 
+def pool_of(device: Device, pools: Mapping[str, Mapping[str, str]]) -> str | None:
+    """The first pool (by resource name) whose selector `device`'s attributes match (every key
+    equal), or None: the device stays under the recipe's own resource."""
+    for resource in sorted(pools):
+        if all(device.attributes.get(k) == v for k, v in pools[resource].items()):
+            return resource
+    return None
+
+
+def _pooled(inv: Inventory, config: PluginConfig, out: dict[str, list[Unit]]) -> dict[str, list[Unit]]:
+    """`out` with the base resource's units moved to the pools their devices match."""
+    if not config.pools:
+        return out
+    devices = inv.by_uuid()
+    base = config.resource_name
+    pooled: dict[str, list[Unit]] = {base: [], **{r: [] for r in sorted(config.pools)}}
+    for resource, us in out.items():
+        for u in us:
+            pool = pool_of(devices[u.parent], config.pools) if resource == base else None
+            pooled.setdefault(pool or resource, []).append(u)
+    return pooled
+
+
 def units(inv: Inventory, config: PluginConfig) -> dict[str, list[Unit]]:
-    """Units per base resource name, before time-slicing."""
+    """Units per base resource name, before time-slicing (a recipe's pools split the base one)."""
+    return _pooled(inv, config, _units(inv, config))
+
+
+def _units(inv: Inventory, config: PluginConfig) -> dict[str, list[Unit]]:
     base = config.resource_name
     if config.mig_strategy == "none":
         return {base: [_gpu_unit(d) for d in inv.devices]}
@@ -154,8 +185,11 @@ def plan(inv: Inventory, config: PluginConfig) -> tuple[ResourcePlan, ...]:
     for name, n in order:
         merged.setdefault(name, []).extend(grouped[(name, n)])
         replicas[name] = max(replicas.get(name, 1), n)
+    # A resource with no devices is not registered; the base one is while nothing else is (so the
+    # plugin serves, is ready and announces zero), or always where the recipe has no pools.
+    anything = any(merged.values())
     return tuple(
         ResourcePlan(name, tuple(devs), replicas[name])
         for name, devs in merged.items()
-        if devs or name == config.resource_name
+        if devs or (name == config.resource_name and (not config.pools or not anything))
     )

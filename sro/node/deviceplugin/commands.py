@@ -40,6 +40,13 @@ BACKEND_RETRY = 10.0
     "--driver-root", type=click.Path(path_type=Path), help="Where this process sees the driver root."
 )
 @click.option(
+    "--dev-root",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("/dev"),
+    show_default=True,
+    help="Where this process sees the host's /dev (the devnodes backend's devices are its nodes).",
+)
+@click.option(
     "--ready-file",
     type=click.Path(path_type=Path, dir_okay=False),
     help="Exists while every resource is registered with the kubelet (a readiness probe tests it).",
@@ -58,6 +65,7 @@ def device_plugin(
     resource_name: str | None,
     plugin_dir: Path,
     driver_root: Path | None,
+    dev_root: Path,
     ready_file: Path | None,
     node_name: str,
     oneshot: bool,
@@ -71,7 +79,7 @@ def device_plugin(
     recipe = load_recipe(recipe_name, recipe_file)
     if oneshot:
         try:
-            backend = open_backend(recipe, driver_root)
+            backend = open_backend(recipe, driver_root, dev_root=dev_root)
         except Exception as e:  # e.g. NVML's library or driver missing
             raise click.ClickException(f"{recipe.backend} backend unavailable: {e}") from e
         try:
@@ -133,7 +141,7 @@ def device_plugin(
     last = ""
     while True:
         try:
-            backend = open_backend(recipe, driver_root)
+            backend = open_backend(recipe, driver_root, dev_root=dev_root)
             break
         except Exception as e:
             message = f"{recipe.backend} backend unavailable (retrying every {BACKEND_RETRY:.0f}s): {e}"

@@ -40,7 +40,7 @@ serves every node, and each plugin finds its own node there by name (the downwar
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from sro.api.recipes import Recipe
@@ -86,6 +86,8 @@ class PluginConfig:
     time_slicing: tuple[TimeSlice, ...] = ()
     rename_by_default: bool = False
     fail_requests_greater_than_one: bool = False
+    # the recipe's resource pools: resource -> device attribute selector (announcing.pool_of)
+    pools: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 def default_config(recipe: Recipe, cdi_runtime: bool = False) -> PluginConfig:
@@ -93,7 +95,11 @@ def default_config(recipe: Recipe, cdi_runtime: bool = False) -> PluginConfig:
     the runtime hook believes; a plain runc gives containers the devices from it too), or, where
     the node's runtime reads CDI, the CDI names and the device nodes."""
     strategies = CDI_STRATEGIES if cdi_runtime else HOOK_STRATEGIES
-    return PluginConfig(resource_name=recipe.resource, list_strategies=strategies)
+    return PluginConfig(
+        resource_name=recipe.resource,
+        list_strategies=strategies,
+        pools={r: dict(sel) for r, sel in recipe.pools.items()},
+    )
 
 
 def parse_runtimes(doc: Any) -> frozenset[str]:

@@ -14,7 +14,7 @@ Three kinds:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -265,6 +265,12 @@ def skipped_note(ctx: Context, verdict: str) -> str:
     return "; ".join(skipped)[:300]
 
 
+def validation_resource(announced: Sequence[str], capacity: Mapping[str, str]) -> str:
+    """The resource the workload validation asks one device of: the first announced resource the
+    node has devices of (a node may have VFs of one pool only), else the first."""
+    return next((r for r in announced if capacity.get(r, "0") not in ("", "0")), announced[0])
+
+
 class ValidationState(State):
     """A run-to-completion pod per node; `check` is the `sro validate` subcommand it runs."""
 
@@ -282,10 +288,14 @@ class ValidationState(State):
             self.check, ctx.state_image(self.name), ctx.recipe, st, ctx.spec.cuda_sample, uids, length=12
         )
 
-    def pod(self, ctx: Context, node: str, inputs: str) -> dict[str, Any]:
+    def pod(
+        self, ctx: Context, node: str, inputs: str, capacity: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
         values: dict[str, Any] = {"name": self.pod_name(ctx, node), "node": node, "check": self.check}
         if ctx.recipe.pools:  # a device in a pool is announced under the pool's resource only
-            values["validation_resource"] = ctx.recipe.announced_resources[0]
+            values["validation_resource"] = validation_resource(
+                ctx.recipe.announced_resources, capacity or {}
+            )
         if ctx.spec.state(self.name).timeout_seconds:
             values["deadline_seconds"] = ctx.spec.state(self.name).timeout_seconds
         if ctx.spec.cuda_sample:

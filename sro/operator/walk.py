@@ -44,7 +44,7 @@ def walk(
             if current is not None:
                 deletes.append(current.name)  # same name: the new one is created once it is gone
             else:
-                creates.append(state.pod(ctx, node.name, state.inputs(ctx, node.name, pods)))
+                creates.append(state.pod(ctx, node.name, state.inputs(ctx, node.name, pods), node.capacity))
         verdict = state.readiness(ctx, node, pods, now)
         if not verdict.ready:
             failing = (state.name, verdict)

@@ -225,3 +225,13 @@ def test_workload_validation_refuses_another_cards_companion(tmp_path: Path) -> 
         "/dev/dri/renderD128 is usable but belongs to another device"
     )
     assert checks["visible devices"][0] == "pass" and checks["device nodes"][0] == "pass"
+
+
+def test_workload_validation_asks_for_a_pool_the_node_has_devices_of() -> None:
+    from sro.operator.states import validation_resource
+
+    announced = ("example.com/vf-pool-a", "example.com/vf-pool-b", "example.com/smartnic-vf")
+    only_b = {"example.com/vf-pool-a": "0", "example.com/vf-pool-b": "4", "cpu": "8"}
+    assert validation_resource(announced, only_b) == "example.com/vf-pool-b"
+    assert validation_resource(announced, {"example.com/smartnic-vf": "2"}) == "example.com/smartnic-vf"
+    assert validation_resource(announced, {}) == "example.com/vf-pool-a"  # nothing announced yet

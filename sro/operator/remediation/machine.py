@@ -12,7 +12,9 @@ reconcile is a thin translation, as `sro.operator.upgrade.adapter` is for upgrad
 Never both at once: a node mid-upgrade starts no remediation (it waits), and the upgrade machine
 starts no upgrade on a node mid-remediation (`record.remediating`). A device reset and a reboot are
 requests with a token (the step's start time): the node side acts once per token, so an operator
-restarted mid-step asks again without the node resetting twice.
+restarted mid-step asks again without the node resetting twice. A dry run writes nothing, so its
+event says the same words each pass: the wiring's event recorder counts repeats, as Kubernetes' own
+recorders do.
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ from sro.operator.remediation.policy import (
     TIMEOUT_SECONDS,
     Choice,
     choose,
+    event_reason,
     next_step,
+    step_words,
     would,
 )
 from sro.operator.remediation.record import (
@@ -229,7 +233,7 @@ class Machine:
             if nxt.state == FAILED:
                 events.append(("Warning", "RemediationFailed", nxt.reason))
             elif nxt.state != rec.state:
-                events.append(("Normal", _event_reason(nxt.state), _step_words(nxt)))
+                events.append(("Normal", event_reason(nxt.state), step_words(nxt)))
             moved = nxt.state != rec.state
             rec = nxt
             if not moved:
@@ -420,18 +424,14 @@ def _print(choice: Choice) -> tuple[tuple[str, ...], tuple[int, ...]]:
     return choice.devices, choice.xids
 
 
-def _event_reason(state: str) -> str:
-    return {DONE: "RemediationSucceeded"}.get(state, "Remediation" + state.capitalize())
-
-
-def _step_words(rec: Record) -> str:
-    devs = ", ".join(rec.devices)
-    return {
-        CORDONED: "node cordoned",
-        EVICTING: f"evicting the pods holding device(s) {devs}",
-        RESETTING: f"resetting device(s) {devs}",
-        REBOOTING: "rebooting the node",
-        VALIDATING: "validating the node again",
-        DONE: f"{rec.fault_class} on device(s) {devs} repaired ({rec.action})"
-        + ("; node uncordoned" if rec.cordoned else ""),
-    }.get(rec.state, rec.state)
+def release(node: NodeInfo, sr: str) -> NodeRemediation:
+    """SpecialResource `sr`'s remediation taken off a node (it left the selection, the SpecialResource
+    is deleted): its record removed, the node uncordoned if sro cordoned it — and only then."""
+    key = remediation_annotation(sr)
+    rec = read(node, sr)
+    ours = rec is not None and rec.cordoned and node.unschedulable
+    return NodeRemediation(
+        record=None,
+        annotations={key: None} if key in node.annotations else {},
+        unschedulable=False if ours else None,
+    )

@@ -16,7 +16,15 @@ from typing import Final
 
 from sro.api.specialresource import REMEDIATION_ACTIONS, RemediationSpec
 from sro.devices.faultclasses import SEVERITY, Fault
-from sro.operator.remediation.record import CORDONED, DONE, EVICTING, REBOOTING, RESETTING, VALIDATING
+from sro.operator.remediation.record import (
+    CORDONED,
+    DONE,
+    EVICTING,
+    REBOOTING,
+    RESETTING,
+    VALIDATING,
+    Record,
+)
 
 NONE: Final = "none"
 RESTART_WORKLOAD: Final = "restart-workload"
@@ -97,3 +105,22 @@ def would(action: str, devices: Sequence[str], pods: Sequence[str]) -> str:
     if action == REBOOT:
         return f"cordon the node, {users}, reboot the node, revalidate, uncordon"
     return f"cordon the node, {users}, reset device(s) {devs}, revalidate, uncordon"
+
+
+def event_reason(state: str) -> str:
+    """The event reason of entering `state` (RemediationEvicting, ..., RemediationSucceeded)."""
+    return {DONE: "RemediationSucceeded"}.get(state, "Remediation" + state.capitalize())
+
+
+def step_words(rec: Record) -> str:
+    """The event message of entering the record's step."""
+    devs = ", ".join(rec.devices)
+    return {
+        CORDONED: "node cordoned",
+        EVICTING: f"evicting the pods holding device(s) {devs}",
+        RESETTING: f"resetting device(s) {devs}",
+        REBOOTING: "rebooting the node",
+        VALIDATING: "validating the node again",
+        DONE: f"{rec.fault_class} on device(s) {devs} repaired ({rec.action})"
+        + ("; node uncordoned" if rec.cordoned else ""),
+    }.get(rec.state, rec.state)

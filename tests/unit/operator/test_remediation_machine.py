@@ -17,7 +17,7 @@ from sro.api.specialresource import RemediationSpec
 from sro.api.timestamps import stamp
 from sro.devices.faultclasses import GPU_LOST, Fault, fault_of
 from sro.operator.observed import NodeInfo, WorkloadPod
-from sro.operator.remediation.machine import Machine, NodeFacts, NodeRemediation, RemediationPlan
+from sro.operator.remediation.machine import Machine, NodeFacts, NodeRemediation, RemediationPlan, release
 from sro.operator.remediation.record import (
     ACTIVE,
     DONE,
@@ -362,3 +362,13 @@ def test_the_status_row_entry_names_class_devices_action_step_and_attempts() -> 
         "step": EVICTING,
         "attempts": 1,
     }
+
+
+def test_release_takes_the_record_off_and_uncordons_only_what_sro_cordoned() -> None:
+    held = Record(LIMIT, GPU_LOST, "reset-device", ("3",), cordoned=True).to_json()
+    ours = release(NodeInfo("n1", annotations={KEY: held}, unschedulable=True), SR)
+    assert ours.annotations == {KEY: None} and ours.unschedulable is False
+    admins = Record(LIMIT, GPU_LOST, "reset-device", ("3",), cordoned=False).to_json()
+    theirs = release(NodeInfo("n1", annotations={KEY: admins}, unschedulable=True), SR)
+    assert theirs.annotations == {KEY: None} and theirs.unschedulable is None
+    assert release(NodeInfo("n2"), SR) == NodeRemediation(record=None)

@@ -20,6 +20,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sro.api.recipes import NVIDIA_GPU, SIMULATED_GPU, Recipe, on_simulated_driver
+from sro.devices import driverstate
 from sro.devices.model import Backend, Device, DeviceUUID, HealthEvent, Inventory
 from sro.devices.telemetry import Telemetry
 from sro.node.exporter import nodefacts, podresources
@@ -157,3 +158,49 @@ def test_views() -> None:
     assert view_of(replace(fpga, metrics="telemetry")).telemetry is True
     assert view_of(NIC).resource_of(_vf(3)) == "example.com/vf-pool-b"
     assert NoReadings().read(INVENTORY, {}).values == {}
+
+
+@pytest.mark.root
+def test_once_over_the_simulated_fpga_example(tmp: Path) -> None:
+    """`sro exporter --once --recipe-file` over the example FPGA the simulated driver made: health only,
+    a fault shows as unhealthy; the same recipe with `metrics: telemetry` has the DCGM readings."""
+    from click.testing import CliRunner
+
+    from sro.cli import cli
+
+    examples = Path(__file__).resolve().parents[2] / "examples" / "fpga"
+    root, dev = tmp / "root", tmp / "dev"
+    dev.mkdir()
+    made = CliRunner().invoke(
+        cli,
+        ["driver", "simulate", "--recipe-file", str(examples / "recipe.yaml"), "--config",
+         str(examples / "devices.yaml"), "--driver-root", str(root), "--dev-root", str(dev)],
+    )  # fmt: skip
+    if made.exit_code != 0 and "Operation not permitted" in made.output:
+        pytest.skip("needs CAP_MKNOD")
+    assert made.exit_code == 0, made.output
+    uuid = driverstate.read_inventory(root).devices[1].uuid
+    driverstate.set_fault(root, uuid, 79)
+
+    def once(recipe: Path) -> str:
+        args = ["exporter", "--once", "--recipe-file", str(recipe), "--driver-root", str(root)]
+        args += ["--pod-resources-socket", str(tmp / "none.sock")]
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    text = once(examples / "recipe.yaml")
+    healthy = {
+        s.labels["UUID"]: (s.value, s.labels["resource"], s.labels["simulated"])
+        for fam in text_string_to_metric_families(text)
+        if fam.name == "sro_device_healthy"
+        for s in fam.samples
+    }
+    assert len(healthy) == 2 and healthy[uuid] == (0.0, "example.com/fpga", "true")
+    assert "DCGM_FI_DEV" not in text
+    driverstate.clear_faults(root, [uuid])  # a device off the bus fails a telemetry dry run, as for GPUs
+    telemetry = tmp / "telemetry.yaml"
+    telemetry.write_text(
+        (examples / "recipe.yaml").read_text().replace("metrics: health", "metrics: telemetry")
+    )
+    assert 'DCGM_FI_DEV_GPU_UTIL{gpu="0"' in once(telemetry)

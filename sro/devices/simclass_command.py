@@ -25,11 +25,14 @@ def class_recipe(recipe_file: Path | None, personality: str | None) -> Recipe | 
     if personality is not None:
         raise click.UsageError("--personality is for the simulated GPU; it does not go with --recipe-file")
     try:
-        recipe = recipe_from_file(recipe_file)
-        if recipe.name == SIMULATED_GPU.name:
-            return None
+        recipe = recipe_from_file(recipe_file)  # its errors name the file
+    except RecipeError as e:
+        raise click.ClickException(str(e)) from e
+    if recipe.name == SIMULATED_GPU.name:
+        return None
+    try:
         simclass.check_recipe(recipe)
-    except (RecipeError, simconfig.SimConfigError) as e:
+    except simconfig.SimConfigError as e:
         raise click.ClickException(f"--recipe-file {recipe_file}: {e}") from e
     return recipe
 

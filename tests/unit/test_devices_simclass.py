@@ -3,21 +3,27 @@ and the simulated driver installing and removing a class on a temp tree with rea
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from sro.api.recipes import Recipe, recipe_from_dict
 from sro.devices import driverstate, simclass, simclass_script, simconfig, simulated_driver
+from sro.devices.commands import simulate
 from sro.devices.model import node_path
 from sro.devices.simulated import SimulatedBackend
+from sro.node.commands import driver
 
 FPGA: dict[str, Any] = {
     "name": "example-fpga",
@@ -280,3 +286,60 @@ def test_class_faults_reach_the_backend(tmp_path: Path) -> None:
     stop.set()
     reader.join(timeout=2)
     assert seen == [done.inventory.devices[1].uuid]
+
+
+def _files(tmp_path: Path) -> tuple[Path, Path]:
+    recipe, config = tmp_path / "recipe.yaml", tmp_path / "devices.yaml"
+    recipe.write_text(json.dumps(FPGA))
+    config.write_text(json.dumps(FPGA_CLASS))
+    return recipe, config
+
+
+@pytest.mark.root
+def test_cli_installs_faults_and_removes_a_class(tmp_path: Path) -> None:
+    recipe, config = _files(tmp_path)
+    roots = ["--driver-root", str(tmp_path / "root"), "--dev-root", str(tmp_path / "dev")]
+    runner = CliRunner()
+    r = runner.invoke(driver, ["simulate", "--recipe-file", str(recipe), "--config", str(config), *roots])
+    assert r.exit_code == 0, r.output
+    assert "simulated fpga driver 2.16.204-sim (example-fpga): 2 SIMULATED devices" in r.output
+    assert "/dev/xclmgmt1 /dev/dri/renderD129 Example U250 FPGA (simulated)" in r.output
+    r = runner.invoke(
+        simulate, ["fault", "--driver-root", str(tmp_path / "root"), "--device", "1", "--xid", "79"]
+    )
+    assert r.exit_code == 0, r.output
+    uuid = driverstate.read_inventory(tmp_path / "root").devices[1].uuid
+    assert list(driverstate.read_faults(tmp_path / "root")) == [uuid]
+    r = runner.invoke(driver, ["simulate", "--recipe-file", str(recipe), "--remove", *roots])
+    assert r.exit_code == 0, r.output
+    assert list((tmp_path / "dev").iterdir()) == [] and not (tmp_path / "root").exists()
+    r = runner.invoke(
+        driver, ["simulate", "--recipe-file", str(recipe), "--personality", "simgpu", "--config", str(config)]
+    )
+    assert r.exit_code == 2 and "--personality" in r.output
+
+
+@pytest.mark.root
+def test_cli_hold_removes_the_class_on_sigterm(tmp_path: Path) -> None:
+    recipe, config = _files(tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sro", "driver", "simulate", "--recipe-file", str(recipe), "--config", str(config),
+         "--driver-root", str(tmp_path / "root"), "--dev-root", str(tmp_path / "dev"), "--hold"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        marker = tmp_path / "root" / ".ready"
+        deadline = time.monotonic() + 30
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), "no ready marker"
+        assert (tmp_path / "dev" / "dri" / "renderD129").is_char_device()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert "SIGTERM: removed" in out
+    assert list((tmp_path / "dev").iterdir()) == [] and not (tmp_path / "root").exists()

@@ -117,6 +117,7 @@ API_DAEMONS: dict[tuple[str, ...], str] = {("local", "prometheus-targets"): "con
 ACCEPTED: dict[tuple[tuple[str, ...], str], str] = {
     (("device-plugin",), "--plugin-dir"): "not used by --oneshot (the plugin waits for its kubelet dir)",
     (("device-plugin",), "--ready-file"): "not used by --oneshot",
+    (("device-plugin",), "--dev-root"): "read by the devnodes backend only",
     (("exporter",), "--pod-resources-socket"): "the kubelet is optional: its pods are left out, said once",
     (("driver", "simulate"), "--proc-modules"): "read by the nvidia personality only (none: no modules)",
     (("driver", "simulate"), "--native-dir"): "read by the nvidia personality only",
@@ -288,6 +289,16 @@ def _curated() -> list[Case]:
         Case("driver simulate: --config a YAML list", (*base("driver", "simulate"), "--config", "{t}/list.yaml"), ("{t}/list.yaml",)),
         Case("driver simulate: --config wrong types", (*base("driver", "simulate"), "--config", "{t}/wrong-devices.yaml"), ("count",)),
         Case("driver simulate: --config not YAML", (*base("driver", "simulate"), "--config", "{t}/bad.yaml"), ("{t}/bad.yaml",)),
+        Case("driver simulate: --recipe-file a YAML list", (*base("driver", "simulate"), "--recipe-file", "{t}/list.yaml"), ("{t}/list.yaml",)),
+        Case("driver simulate: --recipe-file wrong types", (*base("driver", "simulate"), "--recipe-file", "{t}/wrong-recipe.yaml"), ("name",)),
+        Case("driver simulate: --recipe-file not simulated", (*base("driver", "simulate"), "--recipe-file", "{t}/devnodes-recipe.yaml"),
+             ("only a simulated recipe",)),
+        Case("driver simulate: class --config wrong types", (*base("driver", "simulate"), "--recipe-file", "{t}/class-recipe.yaml",
+             "--config", "{t}/wrong-devices.yaml"), ("count",)),
+        Case("driver simulate: class --config a YAML list", (*base("driver", "simulate"), "--recipe-file", "{t}/class-recipe.yaml",
+             "--config", "{t}/list.yaml"), ("{t}/list.yaml",)),
+        Case("driver simulate: class --config a binary not the recipe's", (*base("driver", "simulate"), "--recipe-file",
+             "{t}/class-recipe.yaml", "--config", "{t}/wrong-class.yaml"), ("binaries[0]",)),
         Case("device-plugin --oneshot: no simulated driver", ("device-plugin", "--oneshot", *simgpu, "--driver-root", "{t}/empty"),
              ("{t}/empty",), code=1),
         Case("device-plugin --oneshot: no NVML", ("device-plugin", "--oneshot", "--recipe", "nvidia-gpu", "--driver-root", "{t}/empty"), ("nvml",)),
@@ -382,6 +393,11 @@ current-context: c
     (t / "wrong-devices.yaml").write_text("count: many\n")
     (t / "wrong-plugin.yaml").write_text("version: v1\nflags: {migStrategy: [1]}\n")
     (t / "wrong-recipe.yaml").write_text("name: [1]\nresource: 5\n")
+    recipe = "resource: example.com/card\npciVendor: '10ee'\nvisibleDevicesEnv: CARD_VISIBLE_DEVICES\n"
+    recipe += "deviceNode: /dev/card{index}\nbinaries: {runtime: [cardctl]}\n"
+    (t / "class-recipe.yaml").write_text(f"name: example-card\nbackend: simulated\n{recipe}")
+    (t / "devnodes-recipe.yaml").write_text(f"name: example-card\nbackend: devnodes\n{recipe}")
+    (t / "wrong-class.yaml").write_text("count: 1\nbinaries: [nvidia-smi]\n")
     (t / "proc-devices").write_text(Path("/proc/devices").read_text())
     python = t / "host" / "usr" / "bin" / "python3"  # the host's interpreter as `runtime install` checks it
     python.parent.mkdir(parents=True)

@@ -8,6 +8,13 @@ it — a clean, GPU-free check that a container got exactly its devices. The dri
 device list and fault state (see `driverstate`), two ELF shared libraries that ldconfig and dlopen
 accept, and a busybox-compatible `simgpu-smi`. Every path comes from the `simulated-gpu` recipe and
 the `sro.api.recipes` constants; the roots are parameters so tests use a temp dir.
+
+A custom simulated recipe's device class (`simclass`: an FPGA, a SmartNIC's VFs) is installed the
+same way: its primary, companion and control nodes on distinct minors, the class's libraries and
+binaries, and a list of the files it made so that `remove` takes exactly those. Simulated majors
+are in no kernel list, so the major is picked with the char nodes already under the dev root in
+view (under a lock on it): two simulated drivers on one host never share one, as the runtime maps
+a container's (major, minor) back to a device.
 """
 
 from __future__ import annotations

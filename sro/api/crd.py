@@ -60,6 +60,11 @@ def status_schema() -> dict[str, Any]:
         "properties": {
             "ready": STRING_SCHEMA,
             "resource": STRING_SCHEMA,
+            "resources": {
+                "type": "array",
+                "items": STRING_SCHEMA,
+                "description": "Every extended resource the recipe announces, when it has pools.",
+            },
             "observedGeneration": {"type": "integer"},
             "nodeCount": {"type": "integer"},
             "validatedCount": {"type": "integer"},

@@ -143,6 +143,8 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
     )
     state_modes = {s.name: ("enabled" if s in chain else "disabled") for s in STATES}
     status = build_status(sr, [*rows, *refused_rows], state_modes, _counts(rows, chain), recipe.resource, now)
+    if recipe.pools:  # a recipe with pools announces several resources: all of them, for sro status
+        status["resources"] = list(recipe.announced_resources)
     if spec.partitioning.quotas:
         status["quotas"] = without_empty(partitioning.quota_rows(spec, recipe, obs.quotas, obs.namespaces))
     if upgrading is not None and (upgrading.summary.get("nodes") or upgrading.summary.get("blocked")):

@@ -41,7 +41,7 @@ def summary_rows(srs: Sequence[SpecialResourceInfo]) -> list[tuple[str, ...]]:
             (
                 sr.name,
                 sr.recipe,
-                str(sr.status.get("resource", "")),
+                ", ".join(sr.status.get("resources") or ()) or str(sr.status.get("resource", "")),
                 str(sr.status.get("ready", "Unknown")),
                 str(sr.status.get("nodeCount", 0)),
                 str(sr.status.get("validatedCount", 0)),

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from sro.api.crd import status_schema
 from sro.api.names import DEVICE_PLUGIN, DEVICE_PLUGIN_VALIDATION, DRIVER_VALIDATION, SPECIALRESOURCE_LABEL
 from sro.api.recipes import recipe_from_dict, recipe_to_dict
 from sro.api.specparsing import parse_spec
@@ -36,9 +37,11 @@ from sro.operator.recipedistribution import (
 from sro.operator.reconcile import reconcile
 from sro.operator.rendering import Context
 from sro.operator.states import KERNEL_LABEL, STATES, ValidationState
+from sro.operator.status_table import summary_rows
 from sro.operator.upgrade.revision import driver_revision
 from sro.operator.upgrade.scan import scan_pod
 from tests.unit.operator.test_reconcile import IMAGE, NOW, NS, cond, daemonsets
+from tests.unit.operator.test_status_schema import fits
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 FPGA: dict[str, Any] = yaml.safe_load((EXAMPLES / "fpga" / "recipe.yaml").read_text())
@@ -343,3 +346,21 @@ def test_feature_discovery_waits_for_the_custom_count_label() -> None:
     assert not fd.readiness(ctx, NodeInfo("a"), [], NOW).ready
     assert fd.readiness(ctx, NodeInfo("a", labels={"sro.dev/example-fpga.count": "2"}), [], NOW).ready
     assert recipe_json(recipe_from_dict(FPGA)).startswith("{")
+
+
+def test_the_status_and_sro_status_list_every_resource_of_a_recipe_with_pools() -> None:
+    the_sr = custom_sr(NIC, name="nic")
+    plan = plan_for(the_sr, NIC, nodes=(opted_in("a", NIC),))
+    assert plan.status["resource"] == "example.com/smartnic-vf"
+    assert plan.status["resources"] == [
+        "example.com/vf-pool-a",
+        "example.com/vf-pool-b",
+        "example.com/smartnic-vf",
+    ]
+    assert fits(status_schema(), plan.status) == []
+    (row,) = summary_rows([replace(the_sr, status=plan.status)])
+    assert row[2] == "example.com/vf-pool-a, example.com/vf-pool-b, example.com/smartnic-vf"
+    # without pools: the one resource, no list
+    fpga = plan_for(custom_sr())
+    assert "resources" not in fpga.status
+    assert summary_rows([replace(custom_sr(), status=fpga.status)])[0][2] == "example.com/fpga"

@@ -40,7 +40,8 @@ def test_the_validator_refuses_what_the_local_api_server_refuses() -> None:
         "status.resource: empty string (read as null by Kubernetes 1.20)"
     ]
     assert fits(status_schema(), {"nodeCount": "1"}) == ["status.nodeCount: not an integer"]
-    assert fits(status_schema(), {"resources": "x"}) == ["status.resources: not in the schema"]
+    assert fits(status_schema(), {"resources": "x"}) == ["status.resources: not an array"]
+    assert fits(status_schema(), {"resourcez": "x"}) == ["status.resourcez: not in the schema"]
     assert fits(status_schema(), {"conditions": [{"type": "Ready", "status": "Yes"}]}) != []
 
 

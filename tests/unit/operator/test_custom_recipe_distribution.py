@@ -22,6 +22,7 @@ from sro.api.crd import status_schema
 from sro.api.names import DEVICE_PLUGIN, DEVICE_PLUGIN_VALIDATION, DRIVER_VALIDATION, SPECIALRESOURCE_LABEL
 from sro.api.recipes import recipe_from_dict, recipe_to_dict
 from sro.api.specparsing import parse_spec
+from sro.manifests import render
 from sro.operator import teardown
 from sro.operator.admission import resolve_recipe
 from sro.operator.observed import NodeInfo, Observed, PodInfo, SpecialResourceInfo
@@ -364,3 +365,27 @@ def test_the_status_and_sro_status_list_every_resource_of_a_recipe_with_pools() 
     fpga = plan_for(custom_sr())
     assert "resources" not in fpga.status
     assert summary_rows([replace(custom_sr(), status=fpga.status)])[0][2] == "example.com/fpga"
+
+
+@pytest.mark.parametrize(
+    "component", ["driver", "runtime", "device-plugin", "monitoring", "validation", "upgrade"]
+)
+def test_the_templates_alone_take_the_recipe_configmap(component: str) -> None:
+    """`sro manifests render <component> --set recipe_config_map=... --set recipe_hash=...` shows it too."""
+    values: dict[str, Any] = dict(namespace=NS, image="i", pull_policy="Never", sr="x", name="n", node="a")
+    values |= {
+        "check": "driver",
+        "simulated": True,
+        "recipe": "example-fpga",
+        "driver_root": "/var/lib/sro/x",
+    }
+    docs = render(component, recipe_config_map="sro-x-recipe", recipe_hash="0123456789ab", **values)
+    pods = [d for d in docs if d["kind"] in ("DaemonSet", "Pod")]
+    assert pods, component
+    for obj in pods:
+        md, ps = pod_parts(obj)
+        assert md["annotations"][HASH_ANNOTATION] == "0123456789ab"  # a string, though all digits
+        assert {"name": "recipe", "configMap": {"name": "sro-x-recipe"}} in ps["volumes"]
+        assert f"--recipe-file={RECIPE_FILE}" in args(ps) and "--recipe=example-fpga" not in args(ps)
+    plain = render(component, **values)
+    assert "recipe-hash" not in json.dumps(plain) and "/etc/sro/recipe" not in json.dumps(plain)

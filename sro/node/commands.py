@@ -17,8 +17,7 @@ from typing import Any, TypeVar
 
 import click
 
-from sro.api.recipes import BUILTIN
-from sro.console.options import recipe_option
+from sro.console.options import load_recipe, recipe_file_option, recipe_option
 from sro.devices.commands import simulate_driver
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -44,7 +43,8 @@ driver.add_command(simulate_driver)
 
 
 @driver.command("holders")
-@recipe_option(required=True)
+@recipe_option()
+@recipe_file_option
 @_directory_option("--proc-root", default=Path("/proc"))
 @_directory_option("--driver-root", help="The driver's files (default: the recipe's driver root).")
 @_directory_option("--dev-root", default=Path("/dev"))
@@ -55,7 +55,8 @@ driver.add_command(simulate_driver)
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def holders(
-    recipe_name: str,
+    recipe_name: str | None,
+    recipe_file: Path | None,
     proc_root: Path,
     driver_root: Path | None,
     dev_root: Path,
@@ -78,7 +79,9 @@ def holders(
     from sro.api import holders as contract
     from sro.node import holderscan as scanning
 
-    recipe = BUILTIN[recipe_name]
+    if recipe_name is None and recipe_file is None:
+        raise click.UsageError("give --recipe NAME or --recipe-file PATH (a custom recipe)")
+    recipe = load_recipe(recipe_name or "", recipe_file)
     root = str(driver_root if driver_root is not None else recipe.driver_root)
     targets = scanning.targets_for(recipe, root, str(dev_root), str(proc_root))
     try:

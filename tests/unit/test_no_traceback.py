@@ -315,6 +315,8 @@ def _curated() -> list[Case]:
              ("{t}/file/x.yaml",)),
         Case("validate driver: no driver", base("validate", "driver"), ()),
         Case("validate workload: no devices", base("validate", "workload"), ()),
+        Case("driver holders: --recipe-file wrong types", ("driver", "holders", "--recipe-file", "{t}/wrong-recipe.yaml"), ("name",)),
+        Case("driver holders: neither --recipe nor --recipe-file", ("driver", "holders"), ("--recipe-file",)),
         Case("validate driver: --recipe-file not YAML", ("validate", "driver", "--recipe-file", "{t}/bad.yaml"), ("{t}/bad.yaml",)),
         Case("bundle generate: --version not semver", ("bundle", "generate", "--version", "1.0", "-o", "{case}/b"),
              ("not a semantic version",)),

@@ -25,6 +25,8 @@ from sro.operator.plan import Plan
 from sro.operator.rendering import Term
 from sro.operator.status import REFUSED, build_status
 
+RECIPE_KEY = "recipe.yaml"  # the key of spec.recipeConfigMap that holds the recipe
+
 
 @dataclass(frozen=True)
 class Admitted:
@@ -48,6 +50,10 @@ def resolve_recipe(spec: SpecialResourceSpec, custom: Mapping[str, Any] | None) 
                 f"spec.recipeConfigMap: ConfigMap {spec.recipe_config_map!r} (key recipe.yaml) not found "
                 "in the operator's namespace"
             )
+        # the cluster side could not read recipe.yaml (not YAML, not a mapping): `{recipe.yaml: why}`
+        unreadable = custom.get(RECIPE_KEY) if len(custom) == 1 else None
+        if isinstance(unreadable, str):
+            raise SpecError(f"spec.recipeConfigMap {spec.recipe_config_map!r}: {RECIPE_KEY}: {unreadable}")
         try:
             recipe = recipe_from_dict(custom)
         except RecipeError as e:

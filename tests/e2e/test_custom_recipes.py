@@ -329,7 +329,7 @@ def test_sro_status_shows_all_three(cluster: LocalCluster, ready: None) -> None:
 
 def test_a_recipe_with_an_unknown_field_is_degraded_naming_it(cluster: LocalCluster, ready: None) -> None:
     text = (EXAMPLES / "fpga" / "recipe.yaml").read_text().replace("name: example-fpga", f"name: {BAD}", 1)
-    text += "deviceNodes: [/dev/xclmgmt{index}]\n"  # a typo'd field: refused, never ignored
+    text += 'deviceNodes: ["/dev/xclmgmt{index}"]\n'  # a typo'd field: refused, never ignored
     cm = {
         "apiVersion": "v1",
         "kind": "ConfigMap",

@@ -389,3 +389,13 @@ def test_the_templates_alone_take_the_recipe_configmap(component: str) -> None:
         assert f"--recipe-file={RECIPE_FILE}" in args(ps) and "--recipe=example-fpga" not in args(ps)
     plain = render(component, **values)
     assert "recipe-hash" not in json.dumps(plain) and "/etc/sro/recipe" not in json.dumps(plain)
+
+
+def test_a_recipe_yaml_that_is_not_yaml_is_degraded_with_the_parse_error() -> None:
+    """The cluster side turns unreadable YAML into `{recipe.yaml: why}` (SpecialResourceIO._recipe):
+    the condition says why, not that `recipe.yaml` is an unknown field."""
+    why = "invalid YAML: line 29, column 27: expected ',' or ']', but got '{'"
+    plan = plan_for(custom_sr(), {"recipe.yaml": why})
+    message = cond(plan, "Degraded")["message"]
+    assert message == f"spec.recipeConfigMap 'example-fpga-recipe': recipe.yaml: {why}", message
+    assert plan.apply == () and not plan.deployable

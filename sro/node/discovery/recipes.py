@@ -89,15 +89,14 @@ def _devnodes(reader: HostReader, recipe: Recipe) -> Inventory:
     """The char nodes matching the recipe's device node pattern, indexed by the number in the name."""
     directory, _, name = recipe.device_node.rpartition("/")
     prefix, _, suffix = name.replace("{minor}", "{index}").partition("{index}")
-    where = host_path(reader.host, directory + "/") if directory != "/dev" else reader.host.dev
+    where = reader.host.dev / directory.removeprefix("/dev").lstrip("/")  # recipecheck: under /dev/
     devices = []
-    for entry in reader.list_dir(where) if where is not None else []:
+    for entry in reader.list_dir(where):
         digits = entry[len(prefix) : len(entry) - len(suffix)] if suffix else entry[len(prefix) :]
         if not (
             entry.startswith(prefix) and entry.endswith(suffix) and digits.isascii() and digits.isdigit()
         ):
             continue
-        assert where is not None
         if not reader.is_char_device(where / entry):
             continue
         index = int(digits)

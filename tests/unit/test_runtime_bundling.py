@@ -57,8 +57,8 @@ def test_modules_are_closed_under_their_imports_and_stdlib_only() -> None:
             if top == "sro":
                 # `from sro.x import name` is either the module sro.x.name or a name in sro.x
                 assert imported in names or imported.rsplit(".", 1)[0] in names, f"{rel} imports {imported}"
-                module = resources.files("sro").joinpath(*imported.split(".")[1:])
-                is_module = module.with_suffix(".py").is_file() if imported.count(".") else False
+                *package, last = imported.split(".")[1:] or [""]
+                is_module = bool(last) and resources.files("sro").joinpath(*package, f"{last}.py").is_file()
                 assert imported in names or not is_module, f"{rel} imports the module {imported}"
             else:
                 assert top in sys.stdlib_module_names, f"{rel} imports {imported} (not the stdlib)"

@@ -221,3 +221,23 @@ def test_a_missing_recipe_file_is_one_line(tmp_path: Path) -> None:
     args = hook.parse_args(["prestart", "--recipe-file", str(tmp_path / "none.json")])
     with pytest.raises(hook.HookError, match=r"^--recipe-file .*none\.json: cannot read the recipe"):
         _ = args.recipes
+
+
+def test_cdi_generate_takes_a_recipe_file(node: tuple[Recipe, Path, Path], tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from sro.cli import cli
+
+    _, drv, dev = node
+    argv = ["cdi", "generate", "--recipe-file", str(EXAMPLES / "fpga" / "recipe.yaml")]
+    res = CliRunner().invoke(
+        cli, [*argv, "--driver-root", str(drv), "--dev-root", str(dev), "--format", "json"]
+    )
+    assert res.exit_code == 0, res.output
+    spec = json.loads(res.stdout)
+    assert spec["kind"] == "example.com/fpga"
+    assert [n["path"] for n in spec["devices"][0]["containerEdits"]["deviceNodes"]] == [
+        "/dev/xclmgmt0",
+        "/dev/dri/renderD128",
+    ]
+    assert "--recipe" not in spec["containerEdits"]["hooks"][0]["args"]  # the ldcache stage reads none

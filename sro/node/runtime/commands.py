@@ -16,7 +16,7 @@ import click
 
 from sro.api.names import RUNTIME_ROOT
 from sro.api.recipes import BUILTIN, Recipe, RecipeError, recipe_from_file
-from sro.console.options import recipe_option
+from sro.console.options import load_recipe, recipe_option, recipe_options
 
 
 def _hook_options(recipe: tuple[str, ...], driver_root: str | None, dev_root: str | None) -> list[str]:
@@ -36,7 +36,7 @@ def cdi() -> None:
 
 
 @cdi.command("generate")
-@recipe_option(default="simulated-gpu")
+@recipe_options("simulated-gpu")
 @click.option("--driver-root", default=None, help="Where the driver's files are (default: the recipe's).")
 @click.option("--dev-root", default="/dev", show_default=True, help="Host directory standing for /dev.")
 @click.option(
@@ -51,6 +51,7 @@ def cdi() -> None:
 @click.option("--cdi-version", type=click.Choice(["0.5.0", "0.6.0"]), default="0.6.0", show_default=True)
 def cdi_generate(
     recipe_name: str,
+    recipe_file: Path | None,
     driver_root: str | None,
     dev_root: str,
     fmt: str | None,
@@ -63,10 +64,11 @@ def cdi_generate(
     from sro.node.runtime import driverfiles
     from sro.node.runtime.specedits import HookCommand
 
-    recipe = BUILTIN[recipe_name]
+    recipe = load_recipe(recipe_name, recipe_file)
     fmt = fmt or ("json" if output.endswith(".json") else "yaml")
     inv = driverfiles.discover(recipe, driver_root, dev_root)
-    opts = _hook_options((recipe_name,), driver_root, None)
+    # the ldcache stage reads no recipe: a custom one (whose file may be YAML) is not named to it
+    opts = _hook_options(() if recipe_file else (recipe_name,), driver_root, None)
     ldcache = None if no_ldcache_hook else HookCommand(sys.executable, tuple(opts))
     try:
         text = cdimod.dumps(cdimod.generate(recipe, inv, ldcache, cdi_version), fmt)

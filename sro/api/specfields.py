@@ -347,7 +347,8 @@ _STATE_EXTRAS: Final[dict[str, tuple[Field, ...]]] = {
         Field(
             "devicesConfig",
             STRING,
-            "simulated-gpu or mode simulated: the simulated devices YAML (sro driver simulate --config).",
+            "simulated-gpu, mode simulated or a custom simulated recipe: the simulated devices YAML "
+            "(sro driver simulate --config; a custom recipe's class config: examples/fpga/devices.yaml).",
         ),
         UPGRADE_POLICY,
     ),

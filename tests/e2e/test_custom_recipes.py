@@ -7,11 +7,12 @@ SpecialResource is Ready on the same node, and all three go Ready with every sta
 in file order on one installation: a pod asking for `example.com/fpga: 1` sees exactly its card's two
 nodes (xclmgmtN and renderD(128+N)), the recipe's library, and `xbutil examine` runs; a pod asking for
 two VFs of pool a sees exactly two /dev/sro-vf* nodes of PF 0 (and a node it makes for any other VF
-cannot be opened: the device cgroup, EPERM); `sro status` shows the three; a recipe ConfigMap with an
-unknown field leaves its SpecialResource Degraded naming the field, with nothing deployed; deleting
-each custom SpecialResource leaves nothing of it (objects, device nodes, driver files, node labels,
-the runtime's recipe file, allocatable) while the simulated GPU stays Ready. Latencies are printed as
-FIGURE lines, never asserted tightly.
+cannot be opened: the device cgroup, EPERM); each exporter publishes device health under the
+resource the device is announced as and no readings (`metrics: health`); `sro status` shows the
+three; a recipe ConfigMap with an unknown field leaves its SpecialResource Degraded naming the
+field, with nothing deployed; deleting each custom SpecialResource leaves nothing of it (objects,
+device nodes, driver files, node labels, the runtime's recipe file, allocatable) while the simulated
+GPU stays Ready. Latencies are printed as FIGURE lines, never asserted tightly.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import os
 import re
 import stat
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,7 @@ CUSTOM = {"fpga": FPGA, "smartnic": NIC}  # example folder -> its recipe; SR and
 BAD = "example-bad"
 BAD_CM = "example-bad-recipe"
 POOL_A = "example.com/vf-pool-a"
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
 def config_map(example: str) -> str:
@@ -317,6 +320,43 @@ def test_a_pod_gets_exactly_two_vfs_of_its_pool(cluster: LocalCluster, ready: No
     assert "CTL-RC=0" in log, log
     listed = sorted(int(i) for i in re.findall(r"^\d+\s+ok\s+/dev/sro-vf(\d+)\s.*pf=0", log, re.M))
     assert listed == given, log  # exnic-ctl lists exactly the granted VFs, both of PF 0
+
+
+def scrape_exporter(cluster: LocalCluster, sr: str) -> str:
+    """The metrics of the SpecialResource's exporter pod on the node ("" until one is Ready)."""
+    selector = f"sro.dev/specialresource={sr},sro.dev/state=monitoring"
+    for p in get_json(cluster, "pods", "-n", NS, "-l", selector)["items"]:
+        conds = {c["type"]: c["status"] for c in p["status"].get("conditions", [])}
+        if conds.get("Ready") == "True" and p["status"].get("podIP"):
+            try:
+                with urllib.request.urlopen(f"http://{p['status']['podIP']}:9400/metrics", timeout=10) as r:
+                    return str(r.read().decode())
+            except OSError:
+                return ""
+    return ""
+
+
+def test_the_exporters_publish_health_only(cluster: LocalCluster, ready: None) -> None:
+    """`metrics: health`: each device's health under the resource it is announced as, no readings."""
+    expected = {
+        FPGA.name: {str(i): FPGA.resource for i in range(2)},
+        NIC.name: {str(i): POOL_A if i < 4 else "example.com/vf-pool-b" for i in range(8)},
+    }
+    for name, want in expected.items():
+
+        def exporting(sr: str = name) -> bool:
+            return "sro_device_healthy{" in scrape_exporter(cluster, sr)
+
+        wait_for(f"{name}'s exporter", exporting, 120, why=lambda: debug(cluster))
+        text = scrape_exporter(cluster, name)
+        healthy = [
+            (dict(LABEL.findall(m.group(1))), m.group(2))
+            for m in re.finditer(r"^sro_device_healthy\{(.*)\} (\S+)$", text, re.M)
+        ]
+        assert {lb["gpu"]: lb["resource"] for lb, _ in healthy} == want, text[-3000:]
+        assert all(v == "1" and lb["simulated"] == "true" for lb, v in healthy), healthy
+        readings = sorted({ln.split("{")[0] for ln in text.splitlines() if ln.startswith("DCGM_")})
+        assert not readings, readings  # health only: no telemetry series at all
 
 
 def test_sro_status_shows_all_three(cluster: LocalCluster, ready: None) -> None:

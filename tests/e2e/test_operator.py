@@ -318,6 +318,9 @@ def test_bad_custom_template_is_degraded_while_the_good_one_stays_ready(
             "recipe": "broken-templates",
             "recipeConfigMap": "broken-recipe",
             "customManifests": "broken-manifests",
+            # a custom simulated recipe needs its devices (Degraded SpecInvalid without), so the
+            # refusal under test is the template's
+            "driver": {"devicesConfig": "count: 1\n"},
         },
     }
     cluster.kubectl("apply", "-f", "-", input=json.dumps(bad))

@@ -74,6 +74,8 @@ def _custom(name: str, metadata: str, named: str) -> Case:
             "recipe": "sro-e2e-broken",
             "recipeConfigMap": "sro-e2e-broken",
             "customManifests": f"{name}-manifests",
+            # a custom simulated recipe needs its devices (SpecInvalid without): the template fails
+            "driver": {"devicesConfig": "count: 1\n"},
         },
         "RenderFailed",
         ("device-plugin/0600_extra.yaml (custom)", named),

@@ -27,6 +27,19 @@ SIMULATED_BIN_DIR = "bin"
 # state file under SIMNVML_STATE_DIR (relative to the driver root).
 SIMULATED_NVIDIA_DRIVER_ROOT = "/run/nvidia/driver"
 SIMNVML_STATE_DIR = "run/sro-simnvml"
+# Where any driver root keeps its libraries, relative to it, in the order they are searched (the
+# multiarch folders first, as the dynamic loader looks): the runtime injects a recipe's library
+# globs from these folders and driver validation checks them there, so the two read this one list.
+DRIVER_LIB_DIRS = (
+    "usr/lib/x86_64-linux-gnu",
+    "lib/x86_64-linux-gnu",
+    "usr/lib/aarch64-linux-gnu",
+    "lib/aarch64-linux-gnu",
+    "usr/lib64",
+    "lib64",
+    "usr/lib",
+    "lib",
+)
 
 NVIDIA_GPU: dict[str, Any] = dict(
     name="nvidia-gpu",

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import stat
 
+from sro.api.builtin_recipes import DRIVER_LIB_DIRS
 from sro.node.runtime.hookrecipes import SIMULATED_DEVICE_LIST
 from sro.node.runtime.inventory import DeviceNode, DriverInventory, FileMount
 from sro.node.runtime.namematch import filter_names, glob_in
@@ -31,16 +32,7 @@ if TYPE_CHECKING:
 
     from sro.node.runtime.hookrecipes import AnyRecipe as Recipe
 
-LIB_DIRS = (
-    "usr/lib/x86_64-linux-gnu",
-    "lib/x86_64-linux-gnu",
-    "usr/lib/aarch64-linux-gnu",
-    "lib/aarch64-linux-gnu",
-    "usr/lib64",
-    "lib64",
-    "usr/lib",
-    "lib",
-)
+LIB_DIRS = DRIVER_LIB_DIRS  # shared with driver validation (sro.node.validation.recipechecks)
 BIN_DIRS = ("usr/bin", "bin", "usr/sbin", "sbin")
 
 

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from sro.api.builtin_recipes import DRIVER_LIB_DIRS
 from sro.api.recipes import Recipe
 from sro.devices.model import Inventory, node_path
 from sro.host import devnodes
@@ -36,17 +37,7 @@ from sro.host.root import HostRoot
 from sro.node.validation import tools
 from sro.node.validation.report import Result
 
-# where a driver root keeps libraries, as the runtime looks for them (sro.node.runtime.driverfiles)
-LIB_DIRS = (
-    "usr/lib/x86_64-linux-gnu",
-    "lib/x86_64-linux-gnu",
-    "usr/lib/aarch64-linux-gnu",
-    "lib/aarch64-linux-gnu",
-    "usr/lib64",
-    "lib64",
-    "usr/lib",
-    "lib",
-)
+LIB_DIRS = DRIVER_LIB_DIRS  # where a driver root keeps libraries, as the runtime looks for them
 USABLE = (0, errno.ENXIO)  # opened, or granted with no kernel driver behind it (a simulated node)
 
 

@@ -171,14 +171,7 @@ def smi_script(inv: Inventory, recipe: Recipe, driver_root: str) -> str:
     )
     return f"""#!/bin/sh
 # simgpu-smi: device listing of the sro SIMULATED GPU driver {inv.driver_version} (not real hardware).
-root="${{SIMGPU_DRIVER_ROOT:-}}"
-if [ -z "$root" ]; then
-  here=$(dirname "$0")/..
-  if [ -r "$here/{SIMULATED_DEVICE_LIST}" ]; then root=$here; else root={driver_root}; fi
-fi
-faults="$root/{SIMULATED_FAULTS}"
-visible="${{{env}-all}}"
-if [ "$1" = "--version" ]; then
+{simclass_script.locate("SIMGPU_DRIVER_ROOT", driver_root, env)}if [ "$1" = "--version" ]; then
   echo "simgpu-smi version : {inv.driver_version} (SIMULATED)"
   echo "DRIVER version     : {inv.driver_version}"
   exit 0
@@ -189,14 +182,7 @@ list=0
 [ "$list" = 1 ] || printf '%-4s %-40s %-9s %-13s %-6s %s\\n' IDX UUID MEM_MIB PCI_BUS_ID STATE PRODUCT
 show() {{
   idx=$1; uuid=$2; mem=$3; bus=$4; product=$5
-  case "$visible" in
-    all) ;;
-    ""|none|void) return 0 ;;
-    *) case ",$visible," in *",$idx,"*|*",$uuid,"*) ;; *) return 0 ;; esac ;;
-  esac
-  state=ok
-  if [ -r "$faults" ] && grep -q "\\"$uuid\\"" "$faults"; then state=FAULT; fi
-  if [ "$list" = 1 ]; then
+{simclass_script.SHOW_VISIBLE_STATE}  if [ "$list" = 1 ]; then
     echo "GPU $idx: $product (UUID: $uuid) [simulated]"
   else
     printf '%-4s %-40s %-9s %-13s %-6s %s\\n' "$idx" "$uuid" "$mem" "$bus" "$state" "$product"

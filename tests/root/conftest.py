@@ -116,6 +116,28 @@ class Bundle:
         finally:
             subprocess.run([RUNC, "--root", str(self.state_root), "delete", "-f", cid], capture_output=True)
 
+    def launch(
+        self, launcher: Path, cid: str, script: str, env: list[str], cwd: Path
+    ) -> subprocess.CompletedProcess[str]:
+        """`LAUNCHER run` of `sh -c SCRIPT` with exactly `env`, as containerd starts an installed
+        runtime's launcher (`sro runtime install`) in runc's place: the host's PATH only, run from
+        `cwd`; the container is deleted after, whatever happened."""
+        self.spec["process"]["args"] = ["sh", "-c", script]
+        self.spec["process"]["env"] = env
+        self.write()
+        state = ["--root", str(self.state_root)]
+        try:
+            return subprocess.run(
+                [str(launcher), *state, "run", "--bundle", str(self.path), cid],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                cwd=cwd,
+                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+            )
+        finally:
+            subprocess.run([str(launcher), *state, "delete", "-f", cid], capture_output=True)
+
     def add_hook(self, stage: str, entry: dict[str, Any]) -> None:
         self.spec.setdefault("hooks", {}).setdefault(stage, []).append(entry)
 

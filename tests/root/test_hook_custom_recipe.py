@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import stat
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -125,23 +124,9 @@ def test_installed_recipe_file_through_the_launcher(
     hostinstall.install(str(root), {recipe.name: str(drv)}, settings, custom={recipe.name: recipe})
     launcher = root / "sro-runtime"
     assert f"--recipe-file {root}/recipes/example-fpga.json" in launcher.read_text()
-    bundle.spec["process"]["args"] = ["sh", "-c", CHECK]
-    bundle.spec["process"]["env"] = ["PATH=/bin:/sbin", "EXAMPLE_FPGA_VISIBLE_DEVICES=1"]
-    bundle.write()
-    cid = f"fpga-{mode}"
-    try:
-        res = subprocess.run(
-            [str(launcher), "--root", str(bundle.state_root), "run", "--bundle", str(bundle.path), cid],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=tmp_path,
-            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
-        )
-    finally:
-        subprocess.run(
-            [str(launcher), "--root", str(bundle.state_root), "delete", "-f", cid], capture_output=True
-        )
+    res = bundle.launch(
+        launcher, f"fpga-{mode}", CHECK, ["PATH=/bin:/sbin", "EXAMPLE_FPGA_VISIBLE_DEVICES=1"], tmp_path
+    )
     out = res.stdout + res.stderr
     assert res.returncode == 0, out
     listed = out.splitlines()[0]

@@ -41,23 +41,9 @@ def test_installed_launcher_injects_with_runc(
     manifest = _install(root, driver, mode)
     assert "cdi/sro.dev-simulated-gpu.json" in manifest.files  # the driver has devices: a CDI spec too
     launcher = root / "sro-runtime"
-    bundle.spec["process"]["args"] = ["sh", "-c", CHECK]
-    bundle.spec["process"]["env"] = ["PATH=/bin:/sbin", "SRO_VISIBLE_DEVICES=0"]
-    bundle.write()
-    cid = f"inst-{mode}"
-    try:
-        res = subprocess.run(
-            [str(launcher), "--root", str(bundle.state_root), "run", "--bundle", str(bundle.path), cid],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=tmp_path,
-            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
-        )
-    finally:
-        subprocess.run(
-            [str(launcher), "--root", str(bundle.state_root), "delete", "-f", cid], capture_output=True
-        )
+    res = bundle.launch(
+        launcher, f"inst-{mode}", CHECK, ["PATH=/bin:/sbin", "SRO_VISIBLE_DEVICES=0"], tmp_path
+    )
     out = res.stdout + res.stderr
     assert res.returncode == 0, out
     assert "sro-simgpu0 sro-simgpuctl" in out and "No such device or address" in out, out

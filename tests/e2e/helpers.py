@@ -1,16 +1,21 @@
 """Small helpers the e2e tests share: run the `sro` CLI against the local cluster, wait for a
-condition with a useful message, read objects as JSON, print a FIGURE line."""
+condition with a useful message, read objects as JSON, print a FIGURE line, have the simulated
+driver on the host for a module."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+from sro.api.recipes import SIMULATED_DEVICE_LIST, SIMULATED_GPU
 from sro.local.cluster import LocalCluster
 
 
@@ -28,6 +33,29 @@ def sro(cluster: LocalCluster, *args: str, timeout: float = 300) -> subprocess.C
         timeout=timeout,
         check=False,
     )
+
+
+@contextlib.contextmanager
+def simulated_driver_on_host(clear_faults: bool = False) -> Iterator[None]:
+    """The simulated GPU driver on this host for a module's tests: installed with two devices when
+    absent and removed again after; one already there (the cluster's) is used and left in place.
+    `clear_faults`: its devices start healthy (`sro simulate fault --all --clear`)."""
+    sro_cli = [sys.executable, "-m", "sro"]
+    existing = (Path(SIMULATED_GPU.driver_root) / SIMULATED_DEVICE_LIST).exists()
+    if not existing:
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            f.write("count: 2\n")
+            f.flush()
+            subprocess.run(
+                [*sro_cli, "driver", "simulate", "--config", f.name], check=True, capture_output=True
+            )
+    if clear_faults:
+        subprocess.run([*sro_cli, "simulate", "fault", "--all", "--clear"], check=True, capture_output=True)
+    try:
+        yield
+    finally:
+        if not existing:
+            subprocess.run([*sro_cli, "driver", "simulate", "--remove"], check=False, capture_output=True)
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 180, every: float = 0.5, why: Callable[[], str] = str) -> float:  # fmt: skip

@@ -25,9 +25,7 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
-import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,7 +35,7 @@ import pytest
 import yaml
 
 from sro.api.names import REPORT_CONTAINER, RUNTIME_ROOT
-from sro.api.recipes import SIMULATED_DEVICE_LIST, SIMULATED_GPU
+from sro.api.recipes import SIMULATED_GPU
 from sro.local.cluster import LocalCluster
 from sro.local.layout import BUSYBOX_IMAGE, RUNTIME_HANDLER
 from sro.manifests import render_text
@@ -45,7 +43,7 @@ from sro.node.runtime import hostinstall
 from sro.node.runtime.rootwrites import read_manifest
 from sro.operator.cdiruntime import reads_cdi
 from sro.operator.observed import pod_from_json
-from tests.e2e.helpers import figure, wait_for
+from tests.e2e.helpers import figure, simulated_driver_on_host, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root]
 
@@ -53,7 +51,6 @@ SRO = [sys.executable, "-m", "sro"]
 NS = "sro-system"
 OWNER = "sro-e2e-cdi"  # the runtime DaemonSet's name, hence its claim on the runtime files
 RESOURCE = SIMULATED_GPU.resource
-DRIVER_ROOT = Path(SIMULATED_GPU.driver_root)
 COUNTING = Path("/var/lib/sro-e2e-cdi")
 PYTHON = COUNTING / "python3"
 CALLS = COUNTING / "calls"
@@ -88,16 +85,8 @@ def cdi_node(cluster: LocalCluster) -> str:
 
 @pytest.fixture(scope="module")
 def driver() -> Iterator[None]:
-    existing = (DRIVER_ROOT / SIMULATED_DEVICE_LIST).exists()
-    if not existing:
-        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
-            f.write("count: 2\n")
-            f.flush()
-            subprocess.run([*SRO, "driver", "simulate", "--config", f.name], check=True, capture_output=True)
-    subprocess.run([*SRO, "simulate", "fault", "--all", "--clear"], check=True, capture_output=True)
-    yield
-    if not existing:
-        subprocess.run([*SRO, "driver", "simulate", "--remove"], check=False, capture_output=True)
+    with simulated_driver_on_host(clear_faults=True):
+        yield
 
 
 def hook_runs() -> int:

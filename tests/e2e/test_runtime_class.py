@@ -19,7 +19,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,14 +28,14 @@ from typing import Any
 import pytest
 
 from sro.api.names import RUNTIME_LAUNCHER, RUNTIME_ROOT
-from sro.api.recipes import SIMULATED_DEVICE_LIST, SIMULATED_GPU
+from sro.api.recipes import SIMULATED_GPU
 from sro.local.cluster import LocalCluster
 from sro.local.layout import BUSYBOX_IMAGE, RUNTIME_HANDLER
+from tests.e2e.helpers import simulated_driver_on_host
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root]
 
 SRO = [sys.executable, "-m", "sro"]
-DRIVER_ROOT = Path(SIMULATED_GPU.driver_root)
 SCRIPT = (
     "ls /dev | grep sro- | tr '\\n' ' '; echo; cat /dev/sro-simgpu0 2>&1; "
     "test -s /lib/libsimgpu.so.1 && echo HAS-LIB; test -x /bin/simgpu-smi && echo HAS-SMI; true"
@@ -45,15 +44,8 @@ SCRIPT = (
 
 @pytest.fixture(scope="module")
 def driver() -> Iterator[None]:
-    existing = (DRIVER_ROOT / SIMULATED_DEVICE_LIST).exists()
-    if not existing:
-        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
-            f.write("count: 2\n")
-            f.flush()
-            subprocess.run([*SRO, "driver", "simulate", "--config", f.name], check=True, capture_output=True)
-    yield
-    if not existing:
-        subprocess.run([*SRO, "driver", "simulate", "--remove"], check=False, capture_output=True)
+    with simulated_driver_on_host():
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -47,7 +47,9 @@ from sro.devices import driverstate, simconfig
 from sro.devices.model import Backend
 from sro.devices.simulated import SimulatedBackend
 from sro.devices.telemetry import SimulatedTelemetry, Telemetry
-from sro.node.exporter import exposition, podresources, podresources_pb2, podresources_pb2_grpc
+from sro.host import podresources
+from sro.host.podresources import podresources_pb2, podresources_pb2_grpc
+from sro.node.exporter import exposition
 from sro.node.exporter.collecting import Collector
 
 RESOURCE = SIMULATED_GPU.resource

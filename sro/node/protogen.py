@@ -3,8 +3,9 @@
 Why committed: the image and the OCI-hook path must not need grpcio-tools at run time. Why a check:
 a hand edit of a proto without regenerating would silently change nothing on the wire; the unit
 suite runs `differences()` so the two cannot drift. Why here, in `sro.node`: the device plugin
-(`deviceplugin/api.proto`) and the exporter (`exporter/podresources.proto`) each speak a kubelet
-API, and node agents never import each other. `python -m sro.node.protogen [--check]` regenerates
+speaks the kubelet's device-plugin API (`deviceplugin/api.proto`), and the device plugin and the
+exporter both ask its pod-resources API (`sro/host/podresources/podresources.proto`, in `host/`
+because node agents never import each other). `python -m sro.node.protogen [--check]` regenerates
 (or checks) every proto in `PROTOS`.
 """
 
@@ -15,11 +16,11 @@ import tempfile
 from pathlib import Path
 
 # protoc runs from the directory that holds `sro/`, so the generated modules import each other as
-# `sro.node.<agent>.<name>_pb2` and work from anywhere.
+# `sro.<package path>.<name>_pb2` and work from anywhere.
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 DEVICE_PLUGIN_PROTO = HERE / "deviceplugin" / "api.proto"
-POD_RESOURCES_PROTO = HERE / "exporter" / "podresources.proto"
+POD_RESOURCES_PROTO = SOURCE_ROOT / "sro" / "host" / "podresources" / "podresources.proto"
 PROTOS = (DEVICE_PLUGIN_PROTO, POD_RESOURCES_PROTO)
 
 

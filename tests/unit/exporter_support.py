@@ -19,7 +19,9 @@ from sro.devices import driverstate, simconfig
 from sro.devices.model import Backend
 from sro.devices.simulated import SimulatedBackend
 from sro.devices.telemetry import SimulatedTelemetry, Telemetry
-from sro.node.exporter import nodefacts, podresources, podresources_pb2, podresources_pb2_grpc
+from sro.host import podresources
+from sro.host.podresources import podresources_pb2, podresources_pb2_grpc
+from sro.node.exporter import nodefacts
 from sro.node.exporter.collecting import Collector
 
 EXAMPLES = resources.files("sro.devices") / "examples"

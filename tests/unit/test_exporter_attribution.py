@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from sro.devices import driverstate
-from sro.node.exporter import podresources
-from sro.node.exporter.attribution import Assignment, PodRef, attribute, resolve
+from sro.host import podresources
+from sro.host.podresources import Assignment
+from sro.node.exporter.attribution import PodRef, attribute, resolve
 from tests.unit.exporter_support import FakeKubelet, collector, driver_root
 
 RESOURCE = "sro.dev/simulated-gpu"

@@ -23,7 +23,8 @@ from sro.api.recipes import NVIDIA_GPU, SIMULATED_GPU, Recipe, on_simulated_driv
 from sro.devices import driverstate
 from sro.devices.model import Backend, Device, DeviceUUID, HealthEvent, Inventory
 from sro.devices.telemetry import Telemetry
-from sro.node.exporter import nodefacts, podresources
+from sro.host import podresources
+from sro.node.exporter import nodefacts
 from sro.node.exporter.collecting import Collector
 from sro.node.exporter.recipeview import NoReadings, RecipeView, view_of
 from tests.golden_files import update_goldens

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from sro.host.podresources import podresources_pb2
 from sro.node import protogen
-from sro.node.exporter import podresources_pb2
 
 # (message, field) -> number, from the kubelet's podresources v1 api.proto
 KUBELET_FIELDS = {

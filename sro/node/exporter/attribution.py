@@ -21,19 +21,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from sro.devices.model import DeviceUUID, Inventory
+from sro.host.podresources import Assignment
 
 REPLICA_SEPARATOR = "::"  # as the device plugin announces time-sliced replicas
-
-
-@dataclass(frozen=True)
-class Assignment:
-    """One device id the kubelet assigned to one container (a flattened pod-resources answer)."""
-
-    pod: str
-    namespace: str
-    container: str
-    resource: str
-    device_id: str
 
 
 @dataclass(frozen=True, order=True)

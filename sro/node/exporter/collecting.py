@@ -34,9 +34,10 @@ from pathlib import Path
 from sro.devices.health import HealthPolicy, HealthTracker
 from sro.devices.model import Backend, DeviceUUID, HealthEvent, Inventory
 from sro.devices.telemetry import Readings, Telemetry
+from sro.host.podresources import Assignment
 from sro.node.exporter import config as exporter_config
 from sro.node.exporter import exposition
-from sro.node.exporter.attribution import Assignment, Attribution, attribute
+from sro.node.exporter.attribution import Attribution, attribute
 from sro.node.exporter.exposition import Collected
 from sro.node.exporter.nodefacts import NodeFacts
 from sro.node.exporter.recipeview import RecipeView

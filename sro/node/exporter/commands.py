@@ -25,8 +25,9 @@ from sro.api.recipes import Recipe
 from sro.console.options import load_recipe, recipe_options
 from sro.devices.model import Backend
 from sro.devices.telemetry import Telemetry
-from sro.node.exporter import nodefacts, podresources
-from sro.node.exporter.attribution import Assignment
+from sro.host import podresources
+from sro.host.podresources import Assignment
+from sro.node.exporter import nodefacts
 from sro.node.exporter.collecting import CONFIG, DEVICES, BackendOpener, Collector, NodeReader, PodLister
 from sro.node.exporter.recipeview import NoReadings, view_of
 from sro.node.exporter.serving import MetricsServer, parse_address

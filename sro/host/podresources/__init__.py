@@ -1,25 +1,42 @@
 """The kubelet's pod-resources API (v1 `List`) over its unix socket: which container holds which id.
 
+Why in `host/`: two node agents ask it — the exporter (which pod's series a device's metrics are)
+and the device plugin (which pods hold a faulty device, for the health report the operator's
+remediation evicts from) — and node agents never import each other. It reads the node through a
+socket only, like the rest of `host/`. `podresources.proto` + generated modules live beside it
+(`python -m sro.node.protogen` regenerates/checks them).
+
 Why a new channel per call: the exporter asks once per collection (every 30 s by default), and a
 kubelet restart replaces the socket; a fresh channel to whatever socket is there now costs about a
 millisecond and never talks to a dead one. Every failure becomes `KubeletUnavailable` with the
-reason (socket missing, connection refused, timeout, an error status), which the collector reports
+reason (socket missing, connection refused, timeout, an error status), which the exporter reports
 as `sro_exporter_source_up{source="kubelet"} 0` and a log line, and serves the rest.
 """
 
 from __future__ import annotations
 
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 
-from sro.node.exporter import podresources_pb2, podresources_pb2_grpc
-from sro.node.exporter.attribution import Assignment
+from sro.host.podresources import podresources_pb2, podresources_pb2_grpc
 
 DEFAULT_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 TIMEOUT = 5.0
 MAX_MESSAGE = 16 << 20  # a node with many pods answers more than gRPC's 4 MiB default
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One device id the kubelet assigned to one container (a flattened pod-resources answer)."""
+
+    pod: str
+    namespace: str
+    container: str
+    resource: str
+    device_id: str
 
 
 class KubeletUnavailable(RuntimeError):

@@ -48,6 +48,18 @@ VARIANTS: dict[str, list[dict[str, Any]]] = {
         for check_ in ("driver", "workload")
     ],
     "upgrade": [{**v, "name": "sro-holders-vm", "node": "vm"} for v in (SIM, NVIDIA)],
+    "remediation": [
+        {
+            **v,
+            "name": "sro-gpus-remediation-vm",
+            "node": "vm",
+            "action": action,
+            "devices": ["GPU-0"],
+            "token": "t",
+        }
+        for v in (SIM, NVIDIA)
+        for action in ("reset", "reboot")
+    ],
 }
 # Components that are not operands: `node-report` is an example for `sro manifests render`, deployed
 # by neither `sro install` nor the operator.
@@ -109,12 +121,13 @@ def test_privileged_only_for_the_driver() -> None:
         assert s["allowHostPID"] is (o.account == "sro-holder-scan")
 
 
-def test_privileged_pods_are_the_driver_and_its_validation() -> None:
+def test_privileged_pods_are_the_driver_its_validation_and_a_real_gpu_reset() -> None:
     privileged = sorted(
         w for w, p in PODS if any((c.get("securityContext") or {}).get("privileged") for c in p["containers"])
     )
     assert privileged == [  # the simulated driver (driver[0]) has CAP_MKNOD alone
         "driver[1] DaemonSet sro-gpus-driver-6-1",
+        "remediation[2] Pod sro-gpus-remediation-vm",  # a real GPU reset: /dev/nvidia*, chroot
         "validation[2] Pod sro-gpus-validate",
     ]
 

@@ -368,7 +368,7 @@ def test_the_status_and_sro_status_list_every_resource_of_a_recipe_with_pools() 
 
 
 @pytest.mark.parametrize(
-    "component", ["driver", "runtime", "device-plugin", "monitoring", "validation", "upgrade"]
+    "component", ["driver", "runtime", "device-plugin", "monitoring", "validation", "upgrade", "remediation"]
 )
 def test_the_templates_alone_take_the_recipe_configmap(component: str) -> None:
     """`sro manifests render <component> --set recipe_config_map=... --set recipe_hash=...` shows it too."""

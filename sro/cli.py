@@ -49,6 +49,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "sro.operator.commands:upgrade",
         "Driver upgrades: status, pause, resume, retry a failed node.",
     ),
+    "remediation": (
+        "sro.operator.remediation.commands:remediation",
+        "Self-healing GPU nodes: status, pause, resume, retry a node held cordoned.",
+    ),
     "report": (
         "sro.report.commands:report",
         "A PNG of GPU utilisation and memory over time per device, node or namespace (Prometheus).",

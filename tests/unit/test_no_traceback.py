@@ -107,6 +107,10 @@ API_ARGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("upgrade", "resume"): (),
     ("upgrade", "retry"): ("node-1",),
     ("upgrade", "status"): (),
+    ("remediation", "pause"): (),
+    ("remediation", "resume"): (),
+    ("remediation", "retry"): ("node-1",),
+    ("remediation", "status"): (),
     ("discover",): ("--host-root", HOST, "--publish", "--oneshot", "--node-name", "node-1"),
     ("local", "prometheus-targets"): ("--output", "{case}/targets.json", "--port", "18998"),
 }

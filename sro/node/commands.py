@@ -1,5 +1,6 @@
-"""The `sro driver` group: `driver simulate` (the simulated driver, `sro.devices.commands`) and
-`driver holders`, the payload of the holder-scan pod of a driver upgrade (`sro.node.holderscan`).
+"""The `sro driver` group: `driver simulate` (the simulated driver, `sro.devices.commands`),
+`driver holders`, the payload of the holder-scan pod of a driver upgrade (`sro.node.holderscan`), and
+`driver reset` / `driver reboot`, the payloads of a remediation's action pods (`sro.node.remediate`).
 
 Why here: the holder scan reads the node with the runtime's driver-file finder, so it belongs to
 the node side, while devices/ never imports node/; this module sees both and puts the two
@@ -19,6 +20,7 @@ import click
 
 from sro.console.options import load_recipe, recipe_file_option, recipe_option
 from sro.devices.commands import simulate_driver
+from sro.node import remediate
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -40,6 +42,8 @@ def driver() -> None:
 
 
 driver.add_command(simulate_driver)
+driver.add_command(remediate.reset_command)
+driver.add_command(remediate.reboot_command)
 
 
 @driver.command("holders")

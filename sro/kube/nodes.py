@@ -10,7 +10,7 @@ the caller re-reads and re-plans. `None` as a value removes the key.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,6 +116,24 @@ async def patch_node_json(
         f"/api/v1/nodes/{name}",
         content=json.dumps(body),
         headers={"Content-Type": "application/merge-patch+json"},
+    )
+    if resp.status_code == 404:
+        return None
+    resp.raise_for_status()
+    doc: dict[str, Any] = resp.json()
+    return doc
+
+
+async def patch_node_conditions(
+    http: httpx.AsyncClient, name: str, conditions: Sequence[Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """A strategic merge patch of a Node's status conditions: merged by `type` (the kubelet's own
+    conditions stay as they are, which a merge patch's whole-list replace would wipe). The Node as
+    the answer has it (None: the node is gone); any other refusal raises."""
+    resp = await http.patch(
+        f"/api/v1/nodes/{name}/status",
+        content=json.dumps({"status": {"conditions": [dict(c) for c in conditions]}}),
+        headers={"Content-Type": "application/strategic-merge-patch+json"},
     )
     if resp.status_code == 404:
         return None

@@ -31,6 +31,7 @@ from sro.operator.nodewatch import NodeWatch
 from sro.operator.observed import SpecialResourceInfo, sr_from_json
 from sro.operator.plan import Plan
 from sro.operator.reconcile import reconcile
+from sro.operator.remediation import metrics as remediation_metrics
 from sro.operator.wakeloop import WakeLoop, one_line
 
 log = logging.getLogger("sro.operator")
@@ -74,6 +75,7 @@ class Operator:
         self.config_maps: dict[str, frozenset[str]] = {}
         io.cache.nodes.listeners.append(self.nodes.waking(self.poke))
         io.cache.pods.listeners.append(self.pod_event)
+        io.cache.health_listeners.append(self.poke)  # a device's health report changed on a node
 
     def generation_changed(self, name: str, generation: int) -> bool:
         """True when the SpecialResource's spec changed since last seen (its status changes are ours)."""
@@ -134,6 +136,10 @@ class Operator:
         failures = await self.io.carry_out(sr, plan, observed.owned)
         metrics.record(name, plan.rows, [s for s, mode in plan.status["states"].items() if mode == "enabled"])
         metrics.record_upgrades(name, (plan.status.get("driverUpgrade") or {}).get("nodes") or {})
+        if plan.remediation is not None:
+            remediation_metrics.observe(name, plan.remediation)
+        elif plan.deployable:  # spec.remediation removed: its series go
+            remediation_metrics.forget(name)
         if failures:
             metrics.ERRORS.labels(name).inc()
             return 3.0
@@ -221,6 +227,7 @@ def build_registry(op: Operator) -> kopf.OperatorRegistry:
         if problems:
             raise kopf.TemporaryError(f"cleanup not finished: {'; '.join(problems)}", delay=5)
         metrics.forget(name)
+        remediation_metrics.forget(name)
         op.nodes.forget(name)
         op.config_maps.pop(name, None)
         log.info("%s: everything it created is gone", name)

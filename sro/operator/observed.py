@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from sro.api.names import DRIVER_REVISION_LABEL, REPORT_CONTAINER, STATE_LABEL
+from sro.devices.faultclasses import CONDITION as GPU_CONDITION
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,8 @@ class NodeInfo:
     unschedulable: bool = False  # cordoned
     ready: bool = True  # its Ready condition is True (or not reported at all)
     runtime: str = ""  # status.nodeInfo.containerRuntimeVersion, e.g. "containerd://1.7.24"
+    boot_id: str = ""  # status.nodeInfo.bootID: a reboot changes it (remediation's reboot step)
+    gpu_condition: Mapping[str, Any] | None = None  # its GpuHealthy condition (remediation), if any
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,9 @@ class Observed:
     )  # owned (kind, name) -> driver revision
     workloads: tuple[WorkloadPod, ...] = ()  # every pod on the nodes listed in workload_nodes
     workload_nodes: tuple[str, ...] = ()  # nodes whose pods were read (those in an upgrade's eviction steps)
+    # node -> recipe -> its device plugin's health report, decoded from the node's NodeFeature
+    # (sro.devices.healthreport; read only for a SpecialResource with spec.remediation)
+    health: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 def _time(value: Any) -> datetime | None:
@@ -157,6 +163,10 @@ def node_from_json(doc: Mapping[str, Any]) -> NodeInfo:
         unschedulable=bool(spec.get("unschedulable")),
         ready=node_ready(doc),
         runtime=str((status.get("nodeInfo") or {}).get("containerRuntimeVersion", "")),
+        boot_id=str((status.get("nodeInfo") or {}).get("bootID", "")),
+        gpu_condition=next(
+            (dict(c) for c in status.get("conditions") or () if c.get("type") == GPU_CONDITION), None
+        ),
     )
 
 

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sro.operator.status import NodeRow
+
+if TYPE_CHECKING:  # the plan carries it for the metrics; plan.py stays below the machine
+    from sro.operator.remediation.machine import RemediationPlan
 
 Taint = Mapping[str, str]
 
@@ -47,7 +50,7 @@ def merge(a: NodePatch | None, b: NodePatch | None) -> NodePatch:
 
 @dataclass(frozen=True)
 class NodeEvent:
-    """An event about a node's upgrade, posted on the Node and on the SpecialResource."""
+    """An event about a node's upgrade or remediation, posted on the Node and on the SpecialResource."""
 
     node: str
     uid: str
@@ -67,6 +70,9 @@ class Plan:
     node_patches: Mapping[str, NodePatch] = field(default_factory=dict)
     evict: tuple[tuple[str, str], ...] = ()  # (namespace, pod) through the Eviction API
     events: tuple[NodeEvent, ...] = ()
+    # node -> the condition to write on its status (strategic merge by type: GpuHealthy)
+    node_conditions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    remediation: RemediationPlan | None = None  # the remediation machine's pass (its metrics)
     rows: tuple[NodeRow, ...] = ()
     requeue: float = 30.0
     # False: the spec cannot work (nothing was planned but the status), or every node it selects is

@@ -34,6 +34,7 @@ from sro.operator.admission import (
 from sro.operator.observed import NodeInfo, Observed, PodInfo
 from sro.operator.plan import NodeEvent, NodePatch, Plan, merge
 from sro.operator.release import release
+from sro.operator.remediation import adapter as remediation
 from sro.operator.rendering import Context, RenderError, Term, decorate
 from sro.operator.states import STATES, DriverState, State, ValidationState
 from sro.operator.status import NodeRow, build_status, without_empty
@@ -127,10 +128,25 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
     else:  # no driver deployed: no revisions, no upgrades
         for node in selected:
             patches[node.name] = merge(patches.get(node.name), release_upgrade(sr.name, node))
+    remedy = None
+    if remediation.enabled(sr):
+        remedy = remediation.remediations(ctx, chain, selected, rows, obs, by_node, now)
+        for name, patch in remedy.patches.items():
+            patches[name] = merge(patches.get(name), patch)
+        evict.extend(e for e in remedy.evict if e not in evict)
+        create_pods.extend(remedy.create_pods)
+        delete_pods.extend(p for p in remedy.delete_pods if p not in delete_pods)
+        events.extend(remedy.events)
+        rows = [remediation.with_remediation(r, remedy.plan.nodes.get(r.name)) for r in rows]
+    else:  # no remediation asked for (any more): its records and cordons taken back
+        for node in selected:
+            patches[node.name] = merge(patches.get(node.name), remediation.release_remediation(sr.name, node))
     patches = {k: v for k, v in patches.items() if not v.empty}
     selected_names = {n.name for n in selected}
     patches.update(_released(sr.name, recipe.resource, obs.nodes, selected_names))
     delete_pods.extend(_stale_validations(obs.pods, chain, selected_names, delete_pods))
+    strays = remediation.stray_action_pods(obs.pods, selected_names if remedy is not None else set())
+    delete_pods.extend(p for p in strays if p not in delete_pods)
 
     # an older driver revision's objects stay while a node runs it (or may go back to it)
     desired = {(o["kind"], o["metadata"]["name"]) for o in objects}
@@ -151,6 +167,9 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
         status["driverUpgrade"] = without_empty(upgrading.summary)
     busy = any(not r.validated for r in rows) or bool(create_pods or delete_pods or patches or evict)
     busy = busy or (upgrading is not None and upgrading.busy)
+    if remedy is not None:
+        status["remediation"] = without_empty(dict(remedy.plan.summary))
+        busy = busy or remedy.plan.busy
     return Plan(
         status=status,
         apply=(*objects, *shaping),
@@ -161,6 +180,8 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
         node_patches=patches,
         evict=tuple(evict),
         events=tuple(events),
+        node_conditions=remedy.conditions if remedy is not None else {},
+        remediation=remedy.plan if remedy is not None else None,
         rows=tuple(rows),
         requeue=3.0 if busy else 30.0,
         deployable=not all_refused,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from sro.api.names import STATE_NAMES, reached_annotation, state_label, validated_label
 from sro.operator.observed import NodeInfo
 from sro.operator.plan import NodePatch, merge
+from sro.operator.remediation.machine import release as release_remediation
 from sro.operator.taints import taints_to_release
 from sro.operator.upgrade.adapter import release_upgrade
 
@@ -39,4 +40,6 @@ def release(sr: str, resource: str | None, node: NodeInfo) -> NodePatch | None:
         ),
         release_upgrade(sr, node),
     )
+    remedy = release_remediation(node, sr)  # its record; the cordon only if sro's
+    patch = merge(patch, NodePatch(annotations=remedy.annotations, unschedulable=remedy.unschedulable))
     return None if patch.empty else patch

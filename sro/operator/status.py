@@ -37,6 +37,7 @@ class NodeRow:
     since: str = ""
     reached: Mapping[str, str] = field(default_factory=dict)
     upgrade: Mapping[str, Any] | None = None  # a driver upgrade under way on the node
+    remediation: Mapping[str, Any] | None = None  # a remediation under way (or held) on the node
     refused: bool = False  # held by an older SpecialResource (reason/message say which)
 
     def to_status(self) -> dict[str, Any]:
@@ -46,10 +47,14 @@ class NodeRow:
             )
             return refused
         if self.validated:
-            short = {"name": self.name, "state": "validated", "since": self.since}
+            short: dict[str, Any] = {"name": self.name, "state": "validated", "since": self.since}
             if self.note:
                 short["note"] = self.note[:NOTE_LIMIT]
-            return {**short, "upgrade": dict(self.upgrade)} if self.upgrade else short
+            if self.upgrade:
+                short["upgrade"] = dict(self.upgrade)
+            if self.remediation:
+                short["remediation"] = dict(self.remediation)
+            return short
         out: dict[str, Any] = {
             "name": self.name,
             "state": self.ready_states[-1] if self.ready_states else "",
@@ -63,6 +68,8 @@ class NodeRow:
             out["log"] = tail_bytes(self.log, LOG_LIMIT)
         if self.upgrade:
             out["upgrade"] = dict(self.upgrade)
+        if self.remediation:
+            out["remediation"] = dict(self.remediation)
         row: dict[str, Any] = without_empty(out)
         return row
 

@@ -109,8 +109,11 @@ class RecordingApi:
 
     def __init__(self) -> None:
         self.calls: set[tuple[str, str, str]] = set()
+        self.patches: list[tuple[str, str, bytes]] = []  # (path, content type, body) of each PATCH
 
     async def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "PATCH":
+            self.patches.append((request.url.path, request.headers.get("content-type", ""), request.content))
         watch = request.url.params.get("watch") in ("1", "true")
         verb, resource = request_kind(request.method, request.url.path, watch)
         if not resource:  # discovery (/api/v1, /apis/...): not a resource, RBAC's non-resource URLs
@@ -227,6 +230,8 @@ async def _run_the_operators_io(api: RecordingApi) -> None:
             },
             evict=(("team-a", "train"),),
             events=(NodeEvent("n1", "uid-n1", "Normal", "UpgradeStarted", "m"),),
+            # remediation: the GpuHealthy condition, merged by type into the Node's status
+            node_conditions={"n1": {"type": "GpuHealthy", "status": "False", "reason": "GpuLost"}},
         )
         problems = await io.carry_out(sr, plan, ())
         assert problems == [], problems
@@ -253,6 +258,33 @@ def sent() -> Iterator[frozenset[tuple[str, str, str]]]:
     api = RecordingApi()
     asyncio.run(_run_the_operators_io(api))
     yield frozenset(api.calls | KOPF)
+
+
+def test_a_node_condition_is_a_strategic_merge_of_the_node_status() -> None:
+    """Merged by type: a merge patch would replace the list and wipe the kubelet's conditions."""
+    api = RecordingApi()
+
+    async def run() -> None:
+        client, http = _client(api)
+        cache = ClusterCache(http, NS)
+        io = SpecialResourceIO(client, cache, NS, "localhost/sro:t")
+        cond = {"type": "GpuHealthy", "status": "False", "reason": "GpuLost", "message": "device 3"}
+        problems = await io.carry_out(
+            sr_from_json(SR), Plan(status=SR["status"], node_conditions={"n1": cond}), ()
+        )
+        assert problems == []
+
+    asyncio.run(run())
+    [(path, kind, body)] = [p for p in api.patches if p[0].startswith("/api/v1/nodes/")]
+    assert path == "/api/v1/nodes/n1/status"
+    assert kind == "application/strategic-merge-patch+json"
+    assert json.loads(body) == {
+        "status": {
+            "conditions": [
+                {"type": "GpuHealthy", "status": "False", "reason": "GpuLost", "message": "device 3"}
+            ]
+        }
+    }
 
 
 def _granted() -> frozenset[tuple[str, str, str]]:

@@ -49,6 +49,7 @@ class NodeFeatureRuleIO:
     async def observe(self) -> Snapshot:
         rules = await self._list("NodeFeatureRule")
         features = await self._list("NodeFeature", namespace=ALL_NAMESPACES)
+        self.cache.set_node_features(features)  # the health reports remediation reads (no second list)
         await self.cache.synced()
         return Snapshot(list(self.cache.node_infos()), features, rules)
 

@@ -17,6 +17,7 @@ import hashlib
 import json
 import logging
 import re
+import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import replace
 from functools import partial
@@ -45,7 +46,8 @@ from sro.operator.observed import (
     sr_from_json,
     workload_from_json,
 )
-from sro.operator.plan import NodePatch, Plan
+from sro.operator.plan import NodeEvent, NodePatch, Plan
+from sro.operator.remediation import record as remediation_record
 from sro.operator.states import HARD_REASONS
 from sro.operator.taints import taints_after
 from sro.operator.teardown import Remains
@@ -67,6 +69,9 @@ LOG_TAIL_LINES = 20
 CONCURRENCY = 16
 CONFIG_MAP_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # DNS-1123 subdomain
 NOT_LEADING = "not written: this replica no longer holds the leader lease"
+# a dry run says what it would do every pass, in the same words: said once per REPEAT_SECONDS
+REPEATING_REASONS = frozenset({"RemediationDryRun"})
+REPEAT_SECONDS = 600.0
 
 
 class SpecialResourceIO:
@@ -80,6 +85,7 @@ class SpecialResourceIO:
         self.image = image
         self.evictor = Evictor(client)
         self._applied: dict[tuple[str, str], str] = {}
+        self._said: dict[tuple[str, str, str, str, str], float] = {}  # repeating events: when said
         # whether this replica still holds the leader lease (`LeaderElection.held`), asked before
         # each batch of a plan's writes so that a replica past its renew deadline sends none
         self.held: Callable[[], bool] = lambda: True
@@ -111,6 +117,15 @@ class SpecialResourceIO:
         nodes = self.cache.node_infos()
         state_key = upgrade_state_label(sr.name)
         upgrading = [n.name for n in nodes if n.labels.get(state_key) in READS_PODS]
+        remediating = isinstance(sr.spec.get("remediation"), Mapping)
+        if remediating:  # the nodes in a remediation's eviction step: their pods are read too
+            upgrading += [
+                n.name
+                for n in nodes
+                if n.name not in upgrading
+                and (rec := remediation_record.read(n, sr.name)) is not None
+                and rec.state in remediation_record.READS_PODS
+            ]
         prometheus_operator, openshift = await asyncio.gather(
             self.objects.exists("CustomResourceDefinition", SERVICE_MONITOR_CRD),
             self.objects.exists("CustomResourceDefinition", OPENSHIFT_CRD),
@@ -159,6 +174,7 @@ class SpecialResourceIO:
             },
             workloads=tuple(w for found in workloads.result() for w in found),
             workload_nodes=tuple(upgrading),
+            health=self.cache.health if remediating else {},
         )
 
     async def remains(self, sr: str) -> Remains:
@@ -265,6 +281,8 @@ class SpecialResourceIO:
              for p in plan.create_pods],
             [(f"node {n}: labels and taints not changed", partial(self.patch_node, sr.name, n, patch))
              for n, patch in plan.node_patches.items()],
+            [(f"node {n}: condition {c.get('type')} not set", partial(self.set_condition, sr.name, n, c))
+             for n, c in plan.node_conditions.items()],
         ]  # fmt: skip
         for batch in batches:
             if not self.held():
@@ -280,6 +298,8 @@ class SpecialResourceIO:
             else:
                 log.info("%s: %s (retried on the next pass)", sr.name, result.message)
         for ev in plan.events:
+            if not self._new_event(sr.name, ev):
+                continue
             log.info("%s: node %s: %s: %s", sr.name, ev.node, ev.reason, ev.message)
             await post_event(self.client, "Node", "v1", ev.node, ev.uid, ev.type, ev.reason, ev.message)
             await post_event(
@@ -295,6 +315,31 @@ class SpecialResourceIO:
         if dict(plan.status) != dict(sr.status) and not await self.patch_status(sr, plan.status):
             problems.append("status not updated")
         return problems
+
+    def _new_event(self, sr: str, ev: NodeEvent) -> bool:
+        """False for an event said in the same words within REPEAT_SECONDS: a dry run's (or a
+        waiting node's) event comes every pass, and one a minute says it well enough."""
+        if ev.reason not in REPEATING_REASONS:
+            return True
+        key = (sr, ev.node, ev.type, ev.reason, ev.message)
+        now = time.monotonic()
+        said = self._said.get(key)
+        if said is not None and now - said < REPEAT_SECONDS:
+            return False
+        self._said = {k: t for k, t in self._said.items() if now - t < REPEAT_SECONDS}
+        self._said[key] = now
+        return True
+
+    async def set_condition(self, sr: str, name: str, condition: Mapping[str, Any]) -> bool:
+        """A Node condition (GpuHealthy), merged by type into its status."""
+        try:
+            await self.cache.patch_node_condition(name, condition)  # False: gone; the next pass forgets it
+            log.info("%s: node %s: %s=%s (%s)", sr, name, condition.get("type"),
+                     condition.get("status"), condition.get("reason"))  # fmt: skip
+            return True
+        except Errors as e:
+            log.warning("%s: could not set condition on node %s: %s", sr, name, describe_error(e) or e)
+            return False
 
     async def _create_pod(self, sr: str, pod: Mapping[str, Any]) -> bool:
         try:

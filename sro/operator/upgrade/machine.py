@@ -19,6 +19,7 @@ from sro.api.names import driver_revision_label, upgrade_annotation, upgrade_sta
 from sro.api.selectors import parse_selector, selector_matches
 from sro.api.specialresource import UpgradePolicy
 from sro.operator.observed import NodeInfo, PodInfo, WorkloadPod
+from sro.operator.remediation.record import remediating
 from sro.operator.rendering import Context, short_hash
 from sro.operator.states import INPUTS_ANNOTATION
 from sro.operator.upgrade.record import (
@@ -191,9 +192,13 @@ class Machine:
         limit = max_unavailable(self.policy, len(facts))
         parallel = self.policy.max_parallel_upgrades or len(facts)
         starts: set[str] = set()
+        # a node under remediation waits: its driver is never replaced while its devices are repaired
+        repairing = {f.node.name for f in facts if remediating(f.node, self.ctx.sr)}
         for name in sorted(n for n, r in records.items() if r is not None and r.state == UPGRADE_REQUIRED):
             if len(in_progress) + len(starts) >= parallel:
                 break
+            if name in repairing:
+                continue
             if name not in unavailable and len(unavailable) + 1 > limit:
                 continue
             starts.add(name)

@@ -37,7 +37,7 @@ class FakeIO:
         self.plans: list[Plan] = []
         nodes: Any = type("W", (), {"listeners": []})()
         pods: Any = type("W", (), {"listeners": []})()
-        self.cache = type("Cache", (), {"nodes": nodes, "pods": pods})()
+        self.cache = type("Cache", (), {"nodes": nodes, "pods": pods, "health_listeners": []})()
 
     async def get_sr(self, name: str) -> SpecialResourceInfo | None:
         return self.sr

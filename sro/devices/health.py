@@ -65,6 +65,7 @@ class _State:
     active: bool = False
     last: float = float("-inf")  # time of the last fault or clearing
     reason: str = ""
+    xids: tuple[int, ...] = ()  # the counted Xids seen since the key was last healthy
 
 
 class HealthTracker:
@@ -99,6 +100,10 @@ class HealthTracker:
             log.info("device %s: single-bit ECC error corrected; health unchanged", key)
             return False
         state = self._states.setdefault(key, _State())
+        if not self._unhealthy(state, ev.at):
+            state.xids = ()  # a new episode: the Xids of one that ended are history
+        if ev.xid is not None and ev.xid not in state.xids:
+            state.xids = (*state.xids, ev.xid)
         state.active = state.active or ev.sticky
         state.last = max(state.last, ev.at)
         state.reason = ev.message or (f"Xid {ev.xid}" if ev.xid is not None else ev.kind)
@@ -115,6 +120,11 @@ class HealthTracker:
     def unhealthy(self, now: float) -> dict[DeviceUUID, str]:
         """Unhealthy keys (device/MIG UUIDs, or ALL) with the reason, at time `now`."""
         return {k: s.reason for k, s in self._states.items() if self._unhealthy(s, now)}
+
+    def faults(self, now: float) -> dict[DeviceUUID, tuple[tuple[int, ...], str]]:
+        """Unhealthy keys with the counted Xids seen since each was last healthy and the reason
+        (the health report's faults: ignored Xids never appear, a fault without one has none)."""
+        return {k: (s.xids, s.reason) for k, s in self._states.items() if self._unhealthy(s, now)}
 
     def is_healthy(self, keys: Iterable[DeviceUUID], now: float) -> bool:
         bad = self.unhealthy(now)

@@ -46,6 +46,7 @@ RBAC: Final = "rbac.authorization.k8s.io"
 RBAC_V1: Final = f"{RBAC}/v1"
 OPERATOR_ROLE: Final = "sro-operator-openshift"
 KUBELET_PLUGINS: Final = "/var/lib/kubelet/device-plugins"
+HEALTH_DIR: Final = "/var/lib/sro/health"  # the device plugin's health reports (sro.devices.healthreport)
 # The token of an account whose token is mounted comes as one of these volumes (projected since
 # Kubernetes 1.21 and on OpenShift 4; a secret volume on older clusters such as the local 1.20).
 TOKEN_VOLUMES: Final = ("projected", "secret")
@@ -117,9 +118,10 @@ OPERANDS: Final[tuple[Operand, ...]] = (
     Operand(
         "sro-device-plugin",
         "the device plugin: root (the kubelet's device-plugin directory is root's), writes its socket "
-        "there, reads the driver root; no capability",
+        "there and its node's device health report in /var/lib/sro/health, reads the driver root and "
+        "the kubelet's pod-resources socket; no capability",
         host_dir=True,
-        writable=(KUBELET_PLUGINS,),
+        writable=(KUBELET_PLUGINS, HEALTH_DIR),
         volumes=("configMap", "emptyDir"),
     ),
     Operand(

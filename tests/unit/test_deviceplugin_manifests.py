@@ -39,9 +39,17 @@ def test_least_privilege(recipe: str) -> None:
     }
     assert c["resources"]["limits"]["memory"]
     host_paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
-    assert "/var/lib/kubelet/device-plugins" in host_paths and len(host_paths) == 2
+    # the kubelet's plugin dir, the driver root, the health report's dir and pod-resources: no more
+    assert {
+        "/var/lib/kubelet/device-plugins",
+        "/var/lib/sro/health",
+        "/var/lib/kubelet/pod-resources",
+    } <= host_paths
+    assert len(host_paths) == 4
     mounts = {m["name"]: m for m in c["volumeMounts"]}
     assert mounts["driver-root"]["readOnly"] and mounts["config"]["readOnly"]
+    assert mounts["pod-resources"]["readOnly"] and not mounts["health"].get("readOnly")
+    assert "--health-dir=/var/lib/sro/health" in c["command"]
     assert f"--recipe={recipe}" in c["command"]
 
 

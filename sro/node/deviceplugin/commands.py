@@ -19,10 +19,12 @@ import click
 from sro.console.options import load_recipe, recipe_options
 from sro.devices import open_backend
 from sro.devices.health import HealthTracker
+from sro.host import podresources
 from sro.node.deviceplugin import announcing
 from sro.node.deviceplugin.config import ConfigError
 from sro.node.deviceplugin.core import HealthBoard
 from sro.node.deviceplugin.lifecycle import Plugin, load_config
+from sro.node.deviceplugin.reporting import HealthReporter
 from sro.node.deviceplugin.server import DEFAULT_PLUGIN_DIR
 
 log = logging.getLogger(__name__)
@@ -57,6 +59,19 @@ BACKEND_RETRY = 10.0
     default="",
     help="This node's name: finds its runtime in runtimes.yaml beside --config (env NODE_NAME).",
 )
+@click.option(
+    "--health-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Write this node's device health report (<recipe>.json: faults, holders, boot) here, for "
+    "discovery to publish in the NodeFeature (the DaemonSet passes /var/lib/sro/health).",
+)
+@click.option(
+    "--pod-resources-socket",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=podresources.DEFAULT_SOCKET,
+    show_default=True,
+    help="The kubelet's pod-resources socket: which pods hold each device, for the health report.",
+)
 @click.option("--oneshot", is_flag=True, help="Print what would be announced as JSON and exit.")
 def device_plugin(
     recipe_name: str,
@@ -68,6 +83,8 @@ def device_plugin(
     dev_root: Path,
     ready_file: Path | None,
     node_name: str,
+    health_dir: Path | None,
+    pod_resources_socket: Path,
     oneshot: bool,
 ) -> None:
     """Serve the kubelet device-plugin API (v1beta1) for a recipe's devices.
@@ -149,6 +166,15 @@ def device_plugin(
             last = message
             if stop.wait(BACKEND_RETRY):
                 return
+    reporter = None
+    if health_dir is not None:
+        reporter = HealthReporter(
+            health_dir,
+            recipe.name,
+            node_name,
+            driver_root or Path(recipe.driver_root),
+            lambda: podresources.list_assignments(pod_resources_socket),
+        )
     plugin = Plugin(
         recipe,
         backend,
@@ -158,6 +184,7 @@ def device_plugin(
         driver_root,
         ready_file=ready_file,
         node_name=node_name,
+        reporter=reporter,
     )
     signal.signal(signal.SIGHUP, lambda signum, frame: plugin.request_restart())
     log.info(

@@ -32,15 +32,18 @@ class HealthBoard:
         self._version = 0
         self._unhealthy: frozenset[str] = frozenset()
         self.reasons: dict[str, str] = {}
+        self.faults: dict[str, tuple[tuple[int, ...], str]] = {}  # key -> (Xids, reason)
 
     @property
     def version(self) -> int:
         return self._version
 
     def _refresh(self) -> bool:
-        reasons = self._tracker.unhealthy(self._clock())
+        now = self._clock()
+        reasons = self._tracker.unhealthy(now)
         now_bad = frozenset(reasons)
         self.reasons = {str(k): v for k, v in reasons.items()}
+        self.faults = {str(k): v for k, v in self._tracker.faults(now).items()}
         if now_bad == self._unhealthy:
             return False
         self._unhealthy = now_bad

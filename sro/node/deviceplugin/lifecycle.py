@@ -33,6 +33,7 @@ from sro.node.deviceplugin.config import (
     parse_runtimes,
 )
 from sro.node.deviceplugin.core import HealthBoard, ResourceCore
+from sro.node.deviceplugin.reporting import HealthReporter
 from sro.node.deviceplugin.server import KUBELET_SOCKET, PluginServer, RegistrationError, register
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,7 @@ class Plugin:
         clock: Callable[[], float] = time.monotonic,
         ready_file: Path | None = None,
         node_name: str = "",
+        reporter: HealthReporter | None = None,
     ) -> None:
         self.recipe = recipe
         self.node_name = node_name  # finds this node's runtime in runtimes.yaml
@@ -117,6 +119,7 @@ class Plugin:
         self.ready_file = ready_file  # exists while `ready()`: the pod's readiness probe tests it
         self._ready = False
         self._problem = ""  # the last load problem logged: a waiting plugin says it once, not every 2 s
+        self.reporter = reporter  # writes the node's health report (None: no report)
 
     def request_restart(self) -> None:
         """Rebuild and re-register everything on the next loop (SIGHUP, as NVIDIA's plugin does)."""
@@ -235,6 +238,13 @@ class Plugin:
             wait = 0.25 if due is None else min(0.25, max(0.01, due - time.monotonic()))
             stop.wait(wait)
 
+    def report_inputs(
+        self,
+    ) -> tuple[str, Inventory | None, list[announcing.ResourcePlan], dict[str, tuple[tuple[int, ...], str]]]:
+        """What the health report is made of now: resource, inventory, plans, the board's faults."""
+        plans = [slot.server.core.plan for slot in list(self.slots)]
+        return self.config.resource_name, self.inventory, plans, dict(self.board.faults)
+
     # --- kubelet ---------------------------------------------------------------------------
     def _restart(self, slot: _Slot, why: str) -> None:
         now = self.clock()
@@ -310,6 +320,15 @@ class Plugin:
             threading.Thread(target=self._monitor, args=(stop,), name="health-monitor", daemon=True),
             threading.Thread(target=self._ticker, args=(stop,), name="health-ticker", daemon=True),
         ]
+        if self.reporter is not None:
+            threads.append(
+                threading.Thread(
+                    target=self.reporter.run,
+                    args=(stop, self.report_inputs, self.board.wait_change),
+                    name="health-report",
+                    daemon=True,
+                )
+            )
         for t in threads:
             t.start()
         # let the backend report faults that are already active before the first device list goes

@@ -122,6 +122,8 @@ ACCEPTED: dict[tuple[tuple[str, ...], str], str] = {
     (("device-plugin",), "--plugin-dir"): "not used by --oneshot (the plugin waits for its kubelet dir)",
     (("device-plugin",), "--ready-file"): "not used by --oneshot",
     (("device-plugin",), "--dev-root"): "read by the devnodes backend only",
+    (("device-plugin",), "--health-dir"): "not used by --oneshot (created when the plugin first writes)",
+    (("device-plugin",), "--pod-resources-socket"): "not used by --oneshot; the kubelet is optional",
     (("exporter",), "--pod-resources-socket"): "the kubelet is optional: its pods are left out, said once",
     (("driver", "simulate"), "--proc-modules"): "read by the nvidia personality only (none: no modules)",
     (("driver", "simulate"), "--native-dir"): "read by the nvidia personality only",

@@ -53,6 +53,19 @@ def status_schema() -> dict[str, Any]:
                     "steps": {"type": "object", "additionalProperties": STRING_SCHEMA},
                 },
             },
+            "remediation": {
+                "type": "object",
+                "description": "The node's remediation while one is under way or holds it (spec.remediation).",
+                "properties": {
+                    "class": STRING_SCHEMA,
+                    "devices": {"type": "array", "items": STRING_SCHEMA},
+                    "action": STRING_SCHEMA,
+                    "step": STRING_SCHEMA,
+                    "since": STRING_SCHEMA,
+                    "attempts": {"type": "integer"},
+                    "reason": STRING_SCHEMA,
+                },
+            },
         },
     }
     return {
@@ -99,6 +112,23 @@ def status_schema() -> dict[str, Any]:
                     "autoUpgrade": {"type": "boolean"},
                     "nodes": {"type": "object", "additionalProperties": {"type": "integer"}},
                     "blocked": STRING_SCHEMA,
+                },
+            },
+            "remediation": {
+                "type": "object",
+                "description": "Self-healing (spec.remediation): nodes per remediation step, the circuit breaker.",
+                "properties": {
+                    "nodes": {"type": "object", "additionalProperties": {"type": "integer"}},
+                    "breaker": {
+                        "type": "object",
+                        "properties": {
+                            "limit": {"type": "integer"},
+                            "unavailable": {"type": "integer"},
+                            "tripped": {"type": "boolean"},
+                        },
+                    },
+                    "paused": {"type": "boolean"},
+                    "dryRun": {"type": "boolean"},
                 },
             },
         },

@@ -77,6 +77,11 @@ def node_rows(sr: SpecialResourceInfo, nodes: Sequence[NodeInfo]) -> list[tuple[
         if upgrade:
             detail += f"; driver upgrade {upgrade.get('from')} -> {upgrade.get('to')}: {upgrade.get('state')}"
             detail += f" ({upgrade['reason']})" if upgrade.get("reason") else ""
+        remedy = row.get("remediation") or {}
+        if remedy:  # a node under remediation (or held for a person): what, where, which step
+            devices = ",".join(str(d) for d in remedy.get("devices") or ())
+            detail += f"; remediation {remedy.get('class')} on device(s) {devices}: {remedy.get('step')}"
+            detail += f" ({remedy['reason']})" if remedy.get("reason") else ""
         rows.append((name, *cells, detail))
     return rows
 

@@ -329,3 +329,18 @@ def test_the_cache_decodes_health_reports_from_node_features_and_says_when_they_
     assert told == [1]  # nothing changed: no pass woken
     cache.set_node_features([other])
     assert cache.health == {} and told == [1, 1]
+
+
+def test_the_status_fits_the_crd_and_sro_status_shows_the_node_under_remediation() -> None:
+    from sro.api.crd import status_schema
+    from sro.operator.status_table import node_rows
+    from tests.unit.operator.test_status_schema import empty_strings, fits
+
+    c = Cluster()
+    c.health = report(FAULT)
+    plan = c.run()
+    assert fits(status_schema(), plan.status) == [] and empty_strings(plan.status) == []
+    assert plan.status["remediation"]["breaker"]["limit"] == 1
+    shown = replace(c.sr, status=plan.status)
+    [row] = node_rows(shown, [c.node])
+    assert "remediation GpuLost on device(s) 3: evicting" in row[-1]

@@ -5,6 +5,8 @@ with the NodeFeature API on (`--enable-nodefeature-api` or `core.enableNodeFeatu
 features also go to the node's NodeFeature object, and with `--no-node-labels` (`core.noNodeLabels`,
 as `sro install` configures it) the labels go there instead of on the Node, for the operator to
 apply: the agent then only reads its Node (for the NodeFeature's owner reference) and never writes it.
+The NodeFeature also carries the device plugins' health reports (`discovery/health.py`), republished
+within about a second of one changing, between passes.
 The daemon never exits on bad input: an invalid config, an odd sysfs entry or an API server that
 went away is a warning naming the field, path or server, and the next pass comes anyway.
 """
@@ -16,7 +18,8 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,11 +28,13 @@ import click
 import yaml
 
 from sro.api.names import NAMESPACE
+from sro.devices.healthreport import HealthReport
 from sro.host.reading import Problem, Recording
 from sro.host.root import HostRoot
 from sro.node.discovery.config import Config, parse_config, parse_duration
 from sro.node.discovery.custom import nfd_features
 from sro.node.discovery.features import SourceResult
+from sro.node.discovery.health import HealthWatch, health_dir, with_health
 from sro.node.discovery.labeling import Labeling, build_labels, keep_stale
 from sro.node.discovery.nodefeature import node_feature
 from sro.node.discovery.sources import SOURCE_NAMES, SOURCES, scan
@@ -124,10 +129,13 @@ def nodefeature_doc(
     *,
     with_labels: bool,
     node_uid: str = "",
+    health: Sequence[HealthReport] = (),
 ) -> dict[str, Any]:
-    return node_feature(
+    """The node's NodeFeature: discovery's features, and the device plugins' health reports."""
+    doc = node_feature(
         node_name, namespace, nfd_features(results), labeling.labels if with_labels else None, node_uid
     )
+    return with_health(doc, health) if health else doc
 
 
 class NodeFeatureStep:
@@ -170,13 +178,15 @@ def run_daemon(
     publishing: Publishing = Publishing(),
     nodefeature_factory: Callable[[], NodeFeatureApi] | None = None,
 ) -> int:
-    from sro.node.discovery.publishing import Backoff, Publisher, wait
+    from sro.node.discovery.publishing import Backoff, Publisher
 
     publisher: Publisher | None = None
     backoff = Backoff(cap=30.0)
     seen: set[str] = set()
     nodefeatures = NodeFeatureStep(nodefeature_factory)
+    health = HealthWatch(health_dir(host))
     while True:
+        last_doc: dict[str, Any] | None = None  # this pass's NodeFeature without the reports
         config = loader.load()
         results = scan(host, config)
         labeling = build_labels(results, config, SOURCES)
@@ -202,7 +212,8 @@ def run_daemon(
                     with_labels=not label_node,
                     node_uid=node.uid,
                 )
-                nodefeatures.publish(doc)
+                last_doc = doc
+                nodefeatures.publish(with_health(doc, health.reports()))
                 if label_node:
                     publisher.publish(labeling.labels, keep=keep)
                 # else: the labels are in the NodeFeature and the agent never writes the Node (its
@@ -221,8 +232,32 @@ def run_daemon(
             publisher = None  # a fresh client next time: re-reads a rotated service-account token
         if oneshot:
             return 0
-        if wait(stop, delay):
+        if _wait_republishing(stop, delay, health, nodefeatures, last_doc, node_name):
             return 0
+
+
+def _wait_republishing(
+    stop: threading.Event,
+    delay: float,
+    health: HealthWatch,
+    nodefeatures: NodeFeatureStep,
+    doc: dict[str, Any] | None,
+    node_name: str,
+) -> bool:
+    """Wait out `delay` (0: until stopped), republishing the NodeFeature with the new reports
+    whenever a device plugin's health report changes; True when asked to stop."""
+    deadline = time.monotonic() + delay if delay > 0 else None
+    while True:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        woke = health.wait(stop, left)
+        if woke != "changed":
+            return woke == "stop"
+        if doc is None:  # no NodeFeature this pass (labels only, or the API failed): a pass now
+            return False
+        try:
+            nodefeatures.publish(with_health(doc, health.reports()))
+        except Exception as e:  # the next pass retries it
+            log.warning("publishing node %s's health reports failed: %s", node_name, e)
 
 
 @click.command("discover")
@@ -367,7 +402,14 @@ def discover_command(
     if output == "nodefeature":
         node = node_name or labeling_node_name(results)
         _write_object, label_node = publishing.resolve(config)
-        doc = nodefeature_doc(node, publishing.namespace, results, labeling, with_labels=not label_node)
+        doc = nodefeature_doc(
+            node,
+            publishing.namespace,
+            results,
+            labeling,
+            with_labels=not label_node,
+            health=HealthWatch(health_dir(host)).reports(),
+        )
         click.echo(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False).rstrip())
         return
     text = _render(dict(labeling.labels), output)

@@ -1,0 +1,66 @@
+"""The device plugins' health reports, carried into this node's NodeFeature at once.
+
+Why discovery carries them: the device plugin, which sees device faults, holds no API token (least
+privilege); discovery already owns this node's NodeFeature, which the operator reads. Each plugin
+writes `/var/lib/sro/health/<recipe>.json` (`sro.devices.healthreport`); every pass reads them all
+and merges them into the NodeFeature's features (`to_features`: strings only, NFD's schema).
+
+Why a 1 s poll besides the pass: a pass comes every `core.sleepInterval` (60 s by default), but a
+fault should reach the operator in a second or two, so between passes the daemon stats the reports
+every `POLL` seconds (a few stat() calls) and, when one changed, republishes the NodeFeature with the
+new reports and the features of the last pass (no rescan). A missing directory is no reports.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from sro.devices.healthreport import HealthReport, merge_features, read_reports, snapshot, to_features
+from sro.host.root import HostRoot
+
+POLL = 1.0
+SUBDIR = Path("sro") / "health"  # under the host's /var/lib
+
+
+def health_dir(host: HostRoot) -> Path:
+    return host.var_lib / SUBDIR
+
+
+def with_health(doc: Mapping[str, Any], reports: Sequence[HealthReport]) -> dict[str, Any]:
+    """`doc` (a NodeFeature) with the reports merged into its features (pure; `doc` unchanged)."""
+    spec = dict(doc.get("spec") or {})
+    spec["features"] = merge_features(spec.get("features") or {}, to_features(reports))
+    return {**doc, "spec": spec}
+
+
+class HealthWatch:
+    """The reports in one directory, and whether they changed since they were last read."""
+
+    def __init__(self, directory: Path, poll: float = POLL) -> None:
+        self.directory = directory
+        self.poll = poll
+        self._seen: tuple[tuple[str, int, int], ...] | None = None
+
+    def reports(self) -> list[HealthReport]:
+        """Every valid report now (and remember what was read, for `changed`)."""
+        self._seen = snapshot(self.directory)
+        return read_reports(self.directory)
+
+    def changed(self) -> bool:
+        return snapshot(self.directory) != self._seen
+
+    def wait(self, stop: threading.Event, seconds: float | None) -> str:
+        """Sleep up to `seconds` (None: no end) looking every `poll`: "stop", "changed" or "timeout"."""
+        deadline = None if seconds is None else time.monotonic() + max(0.0, seconds)
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return "timeout"
+            if stop.wait(self.poll if left is None else min(self.poll, left)):
+                return "stop"
+            if self.changed():
+                return "changed"

@@ -1,0 +1,122 @@
+"""Discovery carries the device plugins' health reports into the NodeFeature: every pass, and
+between passes within about a second of a report changing (without a rescan)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sro.devices import healthreport
+from sro.devices.healthreport import DeviceFault, HealthReport
+from sro.host.root import HostRoot
+from sro.node.discovery.commands import ConfigLoader, Publishing, run_daemon
+from sro.node.discovery.health import HealthWatch, health_dir, with_health
+from sro.node.discovery.nodefeature import node_feature
+from tests.unit.test_discovery_nodefeature import FakeNodeFeatures, Nodes, _host
+
+pytestmark = pytest.mark.timeout(30)
+
+REPORT = HealthReport(
+    "simulated-gpu",
+    "sro.dev/simulated-gpu",
+    "n1",
+    "boot-1",
+    "2026-11-26T02:00:00Z",
+    ("0", "1"),
+    (DeviceFault("1", (79,), "simulated Xid 79"),),
+    {"1": ("ml/train",)},
+)
+
+
+def test_with_health_merges_and_keeps_the_rest() -> None:
+    doc = node_feature("n1", "ns", {}, {"a": "1"}, node_uid="u")
+    merged = with_health(doc, [REPORT])
+    assert merged["spec"]["labels"] == {"a": "1"} and merged["metadata"] == doc["metadata"]
+    assert healthreport.reports_from_nodefeature(merged) == {"simulated-gpu": REPORT}
+    assert "sro.dev/health" not in str(doc)  # the input is not changed
+    assert with_health(doc, []) == doc
+
+
+def test_watch_sees_a_changed_report(tmp_path: Path) -> None:
+    host = HostRoot.at(tmp_path)
+    d = health_dir(host)
+    assert d == tmp_path / "var/lib/sro/health"
+    watch = HealthWatch(d, poll=0.01)
+    assert watch.reports() == [] and not watch.changed()
+    stop = threading.Event()
+    assert watch.wait(stop, 0.05) == "timeout"
+    healthreport.write_report(d, REPORT)
+    assert watch.changed() and watch.wait(stop, 5) == "changed"
+    assert watch.reports() == [REPORT] and not watch.changed()
+    stop.set()
+    assert watch.wait(stop, None) == "stop"
+
+
+def _daemon(
+    host: HostRoot, api: FakeNodeFeatures, stop: threading.Event, interval: float
+) -> threading.Thread:
+    t = threading.Thread(
+        target=run_daemon,
+        args=(host, ConfigLoader(None), "n1", lambda: Nodes()),
+        kwargs={
+            "oneshot": False,
+            "stop": stop,
+            "interval": interval,
+            "publishing": Publishing(nodefeature_api=True, namespace="sro-system"),
+            "nodefeature_factory": lambda: api,
+        },
+        daemon=True,
+    )
+    t.start()
+    return t
+
+
+def test_oneshot_pass_publishes_the_reports(tmp_path: Path) -> None:
+    host = _host(tmp_path)
+    healthreport.write_report(health_dir(host), REPORT)
+    (health_dir(host) / "broken.json").write_text("{not json")  # skipped, the rest published
+    api = FakeNodeFeatures()
+    rc = run_daemon(host, ConfigLoader(None), "n1", lambda: Nodes(), oneshot=True, stop=threading.Event(),
+                    publishing=Publishing(nodefeature_api=True), nodefeature_factory=lambda: api)  # fmt: skip
+    assert rc == 0
+    doc = api.objects[("sro-system", "n1")]
+    assert doc["spec"]["features"]["attributes"]["system.osrelease"]["elements"]["ID"] == "debian"
+    assert healthreport.reports_from_nodefeature(doc) == {"simulated-gpu": REPORT}
+
+
+def test_a_changed_report_is_republished_within_two_seconds(tmp_path: Path) -> None:
+    host = _host(tmp_path)
+    api = FakeNodeFeatures()
+    stop = threading.Event()
+    thread = _daemon(host, api, stop, interval=600.0)  # no second pass during the test
+    try:
+        deadline = time.monotonic() + 10
+        while ("sro-system", "n1") not in api.objects:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert healthreport.reports_from_nodefeature(api.objects[("sro-system", "n1")]) == {}
+        writes = api.writes
+        t0 = time.monotonic()
+        healthreport.write_report(health_dir(host), REPORT)
+        while not healthreport.reports_from_nodefeature(api.objects[("sro-system", "n1")]):
+            assert time.monotonic() - t0 < 2.5, "the report was not republished in time"
+            time.sleep(0.02)
+        assert api.writes == writes + 1
+        doc = api.objects[("sro-system", "n1")]
+        assert doc["spec"]["features"]["attributes"]["system.osrelease"]["elements"]["ID"] == "debian"
+        # cleared: the fault leaves the NodeFeature the same way
+        healed = HealthReport(**{**REPORT.__dict__, "faults": (), "updated": "2026-11-26T02:01:00Z"})
+        healthreport.write_report(health_dir(host), healed)
+        t0 = time.monotonic()
+        while healthreport.reports_from_nodefeature(api.objects[("sro-system", "n1")])[
+            "simulated-gpu"
+        ].faults:
+            assert time.monotonic() - t0 < 2.5
+            time.sleep(0.02)
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+    assert not thread.is_alive()

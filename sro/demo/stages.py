@@ -5,7 +5,10 @@ SpecialResource CRD, RBAC, feature discovery, the operator with two replicas) �
 of examples/simulated-gpu.yaml, walked by the operator state by state on the node (the simulated
 GPU driver, its validation, the runtime files, the device plugin, a validation workload, the
 discovery labels), each state printed as it becomes ready there → a workload pod that asks for two
-GPUs and gets an NVLink pair through the kubelet and the `sro` runtime handler → partitioning (a
+GPUs and gets an NVLink pair (`workload.py`: where the node's runtime reads CDI — the operator's own
+rule on `status.nodeInfo.containerRuntimeVersion` — the pod carries nothing but its request and
+containerd injects the devices from the node's CDI spec; on containerd 1.6 it names the `sro`
+runtime class, whose hook does it; the stage says which and checks it) → partitioning (a
 CPU pod kept off, a GPU pod let on, a quota refusing, a preemption) → monitoring (`monitoring.py`:
 the local Prometheus scraping the exporter, an Xid alert firing and resolving, report.png; with a
 `report` path, which `sro demo` gives unless --no-prometheus) → `sro status`.
@@ -33,11 +36,12 @@ from sro.console.progress import Progress
 from sro.demo import monitoring, partitioning
 from sro.demo.flavours import SIMULATED, Flavour
 from sro.demo.polling import until
+from sro.demo.workload import WORKLOAD, RuntimePath, check, runtime_path, workload_pod
 from sro.local import prometheus as local_prometheus
 from sro.local.cluster import ClusterError, LocalCluster
-from sro.local.layout import GLIBC_IMAGE, RUNTIME_HANDLER
+from sro.local.layout import GLIBC_IMAGE
 
-WORKLOAD = "sro-demo-workload"
+__all__ = ["WORKLOAD", "Outcome", "cleanup", "run", "run_sro", "walk_states", "workload_pod"]
 RESOURCE = SIMULATED.recipe.resource
 
 
@@ -77,38 +81,13 @@ def walk_states(cluster: LocalCluster, name: str, progress: Progress, timeout: f
         time.sleep(0.5)
 
 
-def workload_pod(flavour: Flavour = SIMULATED) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": WORKLOAD,
-            "namespace": "default",
-            "labels": {"app.kubernetes.io/managed-by": "sro"},
-        },
-        "spec": {
-            "restartPolicy": "Never",
-            "runtimeClassName": RUNTIME_HANDLER,
-            "terminationGracePeriodSeconds": 1,
-            "containers": [
-                {
-                    "name": "workload",
-                    "image": flavour.image,
-                    "imagePullPolicy": "Never",
-                    "command": ["sh", "-c", flavour.script],
-                    "resources": {"limits": {flavour.recipe.resource: "2"}},
-                }
-            ],
-        },
-    }
-
-
 @dataclass(frozen=True)
 class Outcome:
     node: dict[str, Any]  # the Node after the workload ran
     output: str  # what the workload printed
     partitioning: list[tuple[str, str, str]]  # scenario, result, evidence
     monitored: monitoring.Monitoring | None = None  # the monitoring stage, where it ran
+    path: RuntimePath | None = None  # how the workload got its devices (CDI or the runtime class)
 
 
 def _opt_in(cluster: LocalCluster, flavour: Flavour, on: bool) -> None:
@@ -153,9 +132,10 @@ def run(
     )
     cluster.kubectl("apply", "-f", "-", input=json.dumps(sr))
     walk_states(cluster, name, progress)
-    progress(f"Stage 5/{total}: a workload asking for {resource}: 2 (runtimeClassName: {RUNTIME_HANDLER})")
+    path = runtime_path(_node(cluster)["status"].get("nodeInfo", {}).get("containerRuntimeVersion", ""))
+    progress(f"Stage 5/{total}: a workload asking for {resource}: 2, {path.words()}")
     cluster.kubectl("delete", "pod", WORKLOAD, "--ignore-not-found", "--wait=true", check=False)
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(workload_pod(flavour)))
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(workload_pod(flavour, cdi=path.cdi)))
 
     def finished() -> bool:
         phase = cluster.kubectl("get", "pod", WORKLOAD, "-o", "jsonpath={.status.phase}", check=False).stdout
@@ -168,15 +148,24 @@ def run(
         lambda: cluster.kubectl("describe", "pod", WORKLOAD, check=False).stdout,
     )
     output = cluster.kubectl("logs", WORKLOAD, check=False).stdout
+    pod = json.loads(cluster.kubectl("get", "pod", WORKLOAD, "-o", "json").stdout)
+    problems, evidence = check(pod, output, flavour, path)
+    if problems:
+        described = cluster.kubectl("describe", "pod", WORKLOAD, check=False).stdout
+        raise ClusterError(
+            f"the workload did not get its devices {path.words()}: " + "; ".join(problems)
+            + f"\nit printed:\n{output}\n{described}"
+        )  # fmt: skip
+    progress(f"  {WORKLOAD}: {evidence}")
     node = _node(cluster)
     cluster.kubectl("delete", "pod", WORKLOAD, "--ignore-not-found", "--grace-period=1", check=False)
     progress(f"Stage 6/{total}: partitioning — a taint, priorities and a quota on the GPU node")
     rows = partitioning.run(cluster, name, progress, resource)
     if report is None:
-        return Outcome(node, output, rows)
+        return Outcome(node, output, rows, path=path)
     progress(f"Stage 7/7: monitoring — the local Prometheus, an alert firing and resolving, {report.name}")
     watched = monitoring.run(cluster, progress, resource, flavour.driver_root, report)
-    return Outcome(node, output, rows, watched)
+    return Outcome(node, output, rows, watched, path)
 
 
 def cleanup(cluster: LocalCluster, flavour: Flavour = SIMULATED) -> None:

@@ -12,6 +12,7 @@ from sro.api.names import simulated_opt_in_label
 from sro.api.recipes import SIMULATED_GPU
 from sro.demo.stages import cleanup, run
 from sro.local.cluster import LocalCluster
+from sro.operator.cdiruntime import reads_cdi
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.timeout(900)]
 
@@ -31,6 +32,10 @@ def test_demo_stages_end_with_a_workload_holding_two_simulated_gpus(
         assert len(visible) == 2 and all(v.startswith("GPU-") for v in visible), output
         assert sorted(re.findall(r"sro-simgpu\d+", lines[1])) == ["sro-simgpu0", "sro-simgpu1"], output
         assert "SIMULATED devices" in output and all(v in output for v in visible), output
+        # the path the stage named is the operator's rule for this node's runtime (run() has checked
+        # the pod: no runtimeClassName and simgpu-smi from the CDI spec there, else it raised)
+        runtime = node["status"]["nodeInfo"]["containerRuntimeVersion"]
+        assert outcome.path is not None and outcome.path.cdi is reads_cdi(runtime), (runtime, outcome.path)
         tried = {row[0].split(" ")[0]: row for row in outcome.partitioning}
         assert len(outcome.partitioning) == 4, outcome.partitioning
         assert "taint" in tried["CPU-only"][2]

@@ -15,6 +15,7 @@ from typing import Any
 
 from sro.api.names import DRIVER_REVISION_LABEL, REPORT_CONTAINER, STATE_LABEL
 from sro.devices.faultclasses import CONDITION as GPU_CONDITION
+from sro.devices.healthreport import HealthReport
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ class Observed:
     workload_nodes: tuple[str, ...] = ()  # nodes whose pods were read (those in an upgrade's eviction steps)
     # node -> recipe -> its device plugin's health report, decoded from the node's NodeFeature
     # (sro.devices.healthreport; read only for a SpecialResource with spec.remediation)
-    health: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    health: Mapping[str, Mapping[str, HealthReport]] = field(default_factory=dict)
 
 
 def _time(value: Any) -> datetime | None:

@@ -106,8 +106,7 @@ def remediations(
 
 
 def _report(obs: Observed, node: str, recipe: str) -> HealthReport | None:
-    report = (obs.health.get(node) or {}).get(recipe)
-    return report if isinstance(report, HealthReport) else None
+    return (obs.health.get(node) or {}).get(recipe)
 
 
 def faults_of(report: HealthReport | None) -> tuple[Fault, ...]:

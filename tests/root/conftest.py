@@ -16,12 +16,14 @@ import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from sro.node.runtime.inject import real_ldconfig
 
 PYTHON = str(Path(sys.prefix) / "bin" / "python")  # the venv's interpreter, found by prefix
 RUNC = "/usr/sbin/runc"
@@ -68,8 +70,33 @@ def make_rootfs(path: Path) -> Path:
         (path / d).mkdir(parents=True, exist_ok=True)
     shutil.copy2("/bin/busybox", path / "bin" / "busybox")
     subprocess.run(["chroot", str(path), "/bin/busybox", "--install", "-s", "/bin"], check=True)
-    shutil.copy2(HOST_LDCONFIG, path / "sbin" / "ldconfig")  # static: runs inside for `ldconfig -p`
+    # static: runs inside for `ldconfig -p`; Ubuntu's /sbin/ldconfig is a shell wrapper around
+    # /sbin/ldconfig.real, and a copy of the wrapper alone finds no .real in the rootfs
+    shutil.copy2(real_ldconfig(HOST_LDCONFIG), path / "sbin" / "ldconfig")
     return path
+
+
+def allow_as_the_kubelet_would(bundle: Bundle, nodes: Iterable[str]) -> list[str]:
+    """What the kubelet does with a device plugin's DeviceSpecs: an allow rule per host node in the
+    spec's `linux.resources.devices`. On a cgroup v2 host runc builds the device cgroup from these
+    before any hook runs and no hook can add to it. The nodes that exist, as `c MAJ:MIN`."""
+    added = []
+    rules = bundle.spec["linux"].setdefault("resources", {}).setdefault("devices", [])
+    for node in nodes:
+        try:
+            st = os.stat(node)
+        except FileNotFoundError:
+            continue
+        major, minor = os.major(st.st_rdev), os.minor(st.st_rdev)
+        rules.append({"allow": True, "type": "c", "major": major, "minor": minor, "access": "rwm"})
+        added.append(f"c {major}:{minor}")
+    return added
+
+
+def capture_stderr(entry: dict[str, Any], log: Path) -> dict[str, Any]:
+    """The hook entry run through `sh -c 'exec "$@" 2>>LOG'`: runc drops a hook's stderr when it
+    succeeds, and a warning is written exactly then."""
+    return {**entry, "path": "/bin/sh", "args": ["sh", "-c", f'exec "$@" 2>>{log}', "hook", *entry["args"]]}
 
 
 @pytest.fixture(scope="session")

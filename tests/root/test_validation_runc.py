@@ -19,7 +19,10 @@ from typing import Any
 import pytest
 
 from sro.api.recipes import SIMULATED_DEVICE_LIST
-from tests.root.conftest import PYTHON, Bundle, Driver, hook_entry
+from sro.node.runtime import devcgroup
+from sro.node.runtime.driverfiles import dev_path
+from sro.node.runtime.hookrecipes import BUILTIN
+from tests.root.conftest import PYTHON, Bundle, Driver, allow_as_the_kubelet_would, hook_entry
 from tests.simnvml_driver import (  # noqa: F401  (fixtures: the gpu and simulated NVML variants)
     NvmlTarget,
     nvml_target,
@@ -126,6 +129,10 @@ def test_nvidia_gpu_workload(python_bundle: Bundle, nvml_target: NvmlTarget) -> 
         _writable_usr(python_bundle)
     options = ("--recipe", "nvidia-gpu", *roots, "--accept-envvar-unprivileged", "true")
     python_bundle.add_hook("prestart", HookCommand(PYTHON, options).entry("prestart"))
+    if devcgroup.v2_only("self"):  # no hook can open a v2 device cgroup: the rules the kubelet writes
+        dev_root = str(nvml_target.dev_root or "/dev")
+        nodes = ["/dev/nvidia0", *BUILTIN["nvidia-gpu"].control_nodes]
+        assert allow_as_the_kubelet_would(python_bundle, [dev_path(dev_root, n) for n in nodes])
     command = COMMAND.replace("simulated-gpu", "nvidia-gpu")
     res = python_bundle.run(command, env=["NVIDIA_VISIBLE_DEVICES=0"], timeout=300)
     out = res.stdout

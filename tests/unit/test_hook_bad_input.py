@@ -147,6 +147,7 @@ def test_prestart_without_pid(bundle: Path, capsys: pytest.CaptureFixture[str]) 
         (["prestart", "--frobnicate", "1"], "unknown option or value: --frobnicate 1"),
         (["prestart", "--dev-root"], "option --dev-root needs a value"),
         (["prestart", "--resolver", "magic"], "unknown option or value: --resolver magic"),
+        (["prestart", "--debug", "yes"], "unknown option or value: --debug yes"),
     ],
 )
 def test_bad_arguments(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:

@@ -184,3 +184,10 @@ def test_hook_default_ldconfig_is_injects() -> None:
     assert hook.HookArgs("prestart").ldconfig == inject.Options().ldconfig == hook.DEFAULT_LDCONFIG
     assert hook.parse_args(["prestart", "--ldconfig", "none"]).ldconfig is None
     assert hook.parse_args(["prestart", "--ldconfig", "/x/ldconfig"]).ldconfig == "/x/ldconfig"
+
+
+def test_hook_debug_option_reaches_inject() -> None:
+    from sro.node.runtime import hook
+
+    assert hook.parse_args(["prestart", "--debug", "true"]).opts.debug is True
+    assert hook.parse_args(["prestart"]).opts.debug is False

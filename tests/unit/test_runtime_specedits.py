@@ -242,3 +242,35 @@ def test_precompile_writes_the_hooks_bytecode(tmp_path: Path) -> None:
     for rel in ("__init__.py", "node/__init__.py", "node/runtime/hook.py", "node/runtime/inject.py"):
         assert Path(importlib.util.cache_from_source(str(dst / rel))).is_file(), rel
     assert not precompile("/nonexistent/python", str(tmp_path))
+
+
+def test_allow_devices_adds_each_rule_once_and_copies() -> None:
+    kubelet = {"allow": True, "type": "c", "major": 120, "minor": 0, "access": "rwm"}
+    spec: dict[str, Any] = {"linux": {"resources": {"devices": [{"allow": False, "access": "rwm"}, kubelet]}}}
+    two = InjectionPlan(device_nodes=(*PLAN.device_nodes, DeviceNode("/dev/ctl", "/dev/ctl", 120, 255)))
+    out = specedits.allow_devices(spec, two)
+    assert out["linux"]["resources"]["devices"] == [
+        {"allow": False, "access": "rwm"},
+        kubelet,  # already there: not doubled
+        {"allow": True, "type": "c", "major": 120, "minor": 255, "access": "rwm"},
+    ]
+    assert len(spec["linux"]["resources"]["devices"]) == 2  # the input is not changed
+    assert specedits.allow_devices({}, two)["linux"]["resources"]["devices"][0] == kubelet
+    with pytest.raises(ValueError, match=r"linux\.resources"):
+        specedits.allow_devices({"linux": {"resources": []}}, two)
+
+
+def test_wrapper_hook_mode_writes_the_device_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On cgroup v2 runc builds the device cgroup from the spec before the hook runs: the wrapper puts
+    the rules of the nodes the hook will make there (`c MAJ:MIN rwm`), beside the hook entry."""
+    from sro.node.runtime import inventory
+
+    monkeypatch.setattr(inventory, "plan_all", lambda requests, inventories: PLAN)
+    args = hook.parse_args(["prestart", "--recipe", "simulated-gpu", "--driver-root", str(tmp_path)])
+    asking = {"process": {"env": ["SRO_VISIBLE_DEVICES=0"], "capabilities": {"bounding": ["CAP_SYS_ADMIN"]}}}
+    out = wrapper.edit_spec(asking, args, "hook", CMD)
+    assert out is not None and out["hooks"]["prestart"][0]["args"][5] == "prestart"
+    assert out["linux"]["resources"]["devices"] == [
+        {"allow": True, "type": "c", "major": 120, "minor": 0, "access": "rwm"}
+    ]
+    assert "devices" not in out["linux"] and "mounts" not in out  # the hook makes the nodes and mounts

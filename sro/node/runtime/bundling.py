@@ -37,6 +37,7 @@ MODULES = (
     "node/__init__.py",
     "node/runtime/__init__.py",
     "node/runtime/activation.py",
+    "node/runtime/devcgroup.py",
     "node/runtime/driverfiles.py",
     "node/runtime/hook.py",
     "node/runtime/hookrecipes.py",

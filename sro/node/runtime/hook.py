@@ -24,7 +24,9 @@ JSON, loaded by hookrecipes.load_file; a refused file fails the start naming fil
 [NAME=]PATH, --dev-root PATH (stands for /dev), --ldconfig PATH|none, --resolver auto|openat2|walk,
 --policy beneath|in-root, --mount-api new|old, --accept-envvar-unprivileged true|false (default
 false; unsafe: any container of the handler then gets whatever devices its env names),
---management-namespace NS (repeatable; default sro-system: where SRO_MANAGEMENT_DEVICES is honoured).
+--management-namespace NS (repeatable; default sro-system: where SRO_MANAGEMENT_DEVICES is honoured),
+--debug true|false (default false: `sro hook: debug:` lines on stderr). On a cgroup v2-only host a
+hook cannot open the device cgroup: it warns on stderr when the spec's rules keep its nodes closed.
 Which requests are believed: `activation` (a container gets its allocation unless privileged).
 """
 
@@ -246,6 +248,8 @@ def parse_args(argv: Sequence[str]) -> HookArgs:
             opt["policy"] = value
         elif key == "--mount-api" and value in ("new", "old"):
             opt["new_mount_api"] = value == "new"
+        elif key == "--debug" and value in ("true", "false"):
+            opt["debug"] = value == "true"
         elif key == "--accept-envvar-unprivileged" and value in ("true", "false"):
             accept_env = value == "true"
         elif key == "--management-namespace":
@@ -401,7 +405,7 @@ def run(args: HookArgs, stdin: IO[bytes]) -> None:
     rootfs = rootfs_of(bundle, config)
     if args.stage != "update-ldcache" and not may_ask(config):
         return
-    from sro.node.runtime import inject, mounting, safepath
+    from sro.node.runtime import devcgroup, inject, mounting, safepath
 
     if args.stage == "update-ldcache":
         if args.opts.ldconfig:
@@ -418,9 +422,7 @@ def run(args: HookArgs, stdin: IO[bytes]) -> None:
         pid = state.get("pid", 0)
         if not pid:
             raise HookError("state JSON on stdin: prestart needs the container's 'pid'")
-        cgroup = inject.devices_cgroup_dir(pid)
-        if cgroup is not None:
-            inject.allow_devices(cgroup, plan.cgroup_rules)
+        warning = devcgroup.open_for(pid, plan, config)
         try:
             ns = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
         except OSError as e:
@@ -432,9 +434,9 @@ def run(args: HookArgs, stdin: IO[bytes]) -> None:
     else:  # createContainer: already in the container's namespaces, before pivot_root
         # Without a cgroup namespace /proc/self/cgroup names the container's cgroup; with one it
         # reads "/", and the hook cannot tell which cgroup is the container's: prestart can.
-        cgroup = inject.devices_cgroup_dir("self")
-        if cgroup is not None:
-            inject.allow_devices(cgroup, plan.cgroup_rules)
+        warning = devcgroup.open_for("self", plan, config)
+    if warning:  # not a failure (runc shows a hook's stderr only when it fails; crun logs it)
+        print(f"sro hook: {warning}", file=sys.stderr)
     inject.inject(plan, rootfs, args.opts)
 
 

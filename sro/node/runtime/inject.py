@@ -1,4 +1,4 @@
-"""Carry out an injection plan inside one container's root filesystem, and open its device cgroup.
+"""Carry out an injection plan inside one container's root filesystem (the device cgroup: `devcgroup`).
 
 Why separate from the hook's parsing: this is the part that changes things, and it changes them only
 through `safepath.Root` (paths resolved inside the rootfs, the last component never followed), the
@@ -9,9 +9,11 @@ dies with the container; nothing is mounted in the host's namespace.
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import stat
+import sys
 import time
 
 from sro.node.runtime import mounting
@@ -21,7 +23,7 @@ TYPE_CHECKING = False  # no typing/dataclasses/signal (enum) at run time: the ho
 if TYPE_CHECKING:
     from dataclasses import dataclass
 
-    from sro.node.runtime.inventory import InjectionPlan
+    from sro.node.runtime.inventory import FileMount, InjectionPlan
     from sro.node.runtime.safepath import Policy
 else:
     from sro.node.runtime.records import dataclass
@@ -42,13 +44,41 @@ class Options:
     use_openat2: bool | None = None  # None: use it when the kernel has it
     new_mount_api: bool = True
     ldconfig: str | None = "/sbin/ldconfig"  # the host's; None skips the linker cache
+    debug: bool = False  # write `sro hook: debug:` lines to stderr (what was skipped and why)
+
+
+def real_ldconfig(path: str) -> str:
+    """The binary behind a distribution's ldconfig wrapper script, else `path` itself.
+
+    Ubuntu's /sbin/ldconfig is a shell script (it defers to a dpkg trigger when run bare inside a
+    package's maintainer script, else execs /sbin/ldconfig.real): a script that names its `.real`
+    sibling, which exists, stands for that sibling. Running the binary straight spares the hook a
+    shell, and a copy of the wrapper is no ldconfig at all (it finds no `.real` next to it).
+    """
+    real = path + ".real"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8192)
+    except OSError:
+        return path
+    if head.startswith(b"#!") and os.path.basename(real).encode() in head and os.path.isfile(real):
+        return real
+    return path
 
 
 def check_host_ldconfig(path: str, rootfs: str) -> str:
     """Refuse any ldconfig but a root-owned, not group/world-writable regular file of the host.
 
     One inside the container's rootfs is refused too (CVE-2024-0136: ldconfig taken from the image).
+    A wrapper script is checked, and so is the binary it stands for (`real_ldconfig`), which is
+    what runs and what this returns.
     """
+    _check_one(path, rootfs)
+    real = real_ldconfig(path)
+    return real if real == path else _check_one(real, rootfs)
+
+
+def _check_one(path: str, rootfs: str) -> str:
     if not os.path.isabs(path):
         raise InjectError(f"ldconfig {path!r}: must be an absolute host path")
     real, root = os.path.realpath(path), os.path.realpath(rootfs)
@@ -63,11 +93,35 @@ def check_host_ldconfig(path: str, rootfs: str) -> str:
     return path
 
 
+def already_there(root: Root, m: FileMount) -> bool:
+    """Is the image's symlink at `m`'s target, resolved inside the rootfs, the very file `m` mounts?
+
+    A host directory the image binds in (a /usr with the driver's soname links) holds them; the link
+    then already gives the container the driver's own file. Anything else there stays refused.
+    """
+    st = root.lstat(m.container_path) if m.kind == "file" else None
+    if st is None or not stat.S_ISLNK(st.st_mode):
+        return False
+    try:
+        inside, host = root.stat_inside(m.container_path), os.stat(m.host_path)
+    except OSError:  # a link out of the root, to nothing, or a loop: not the same file
+        return False
+    return stat.S_ISREG(inside.st_mode) and (inside.st_dev, inside.st_ino) == (host.st_dev, host.st_ino)
+
+
 def _mount_all(root: Root, plan: InjectionPlan, opts: Options) -> None:
     for m in plan.mounts:
         try:
             fd = root.mount_target(m.container_path, m.kind)
         except OSError as e:
+            if e.errno == errno.EEXIST and already_there(root, m):
+                if opts.debug:
+                    print(
+                        f"sro hook: debug: {m.container_path}: the image's symlink there is {m.host_path} "
+                        "itself (resolved inside the rootfs); not mounted again",
+                        file=sys.stderr,
+                    )
+                continue
             raise InjectError(
                 f"cannot mount {m.host_path} at {m.container_path} in the rootfs: {e}"
             ) from None
@@ -103,7 +157,7 @@ def update_ldcache(root: Root, folders: tuple[str, ...], ldconfig: str) -> None:
         root.write_file(LD_CONF, "".join(f + "\n" for f in folders).encode())
     except OSError as e:
         raise InjectError(f"cannot write {LD_CONF} in the rootfs: {e}") from None
-    argv = [ldconfig, "-r", f"/proc/self/fd/{root.fd}", *folders]
+    argv = [real_ldconfig(ldconfig), "-r", f"/proc/self/fd/{root.fd}", *folders]
     rc, out = spawn_and_wait(argv, CLEAN_ENV, root.fd, LDCONFIG_TIMEOUT_S)
     if rc != 0:
         raise InjectError(f"{ldconfig} -r <rootfs> failed ({rc}): {out.decode(errors='replace').strip()}")
@@ -167,45 +221,3 @@ def inject(plan: InjectionPlan, rootfs: str, opts: Options) -> None:
                 update_ldcache(root, plan.ld_folders, opts.ldconfig)
         except PathError as e:
             raise InjectError(str(e)) from None
-
-
-# -- device cgroup (v1) ------------------------------------------------------------------------------
-
-
-def devices_cgroup_dir(pid: int | str, proc: str = "/proc") -> str | None:
-    """The devices-controller directory of a process (v1), or None on a cgroup v2-only host."""
-    rel = None
-    with open(f"{proc}/{pid}/cgroup") as f:
-        for line in f:
-            _, controllers, path = line.rstrip("\n").split(":", 2)
-            if "devices" in controllers.split(","):
-                rel = path
-    if rel is None or rel == "/":
-        return None  # cgroup v2 only, or a cgroup namespace hides the path: never touch the root
-    if ".." in rel.split("/"):
-        raise InjectError(f"{proc}/{pid}/cgroup: refusing a devices cgroup path with '..': {rel!r}")
-    with open(f"{proc}/self/mountinfo") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            fields, rfields = left.split(), right.split()
-            if rfields and rfields[0] == "cgroup" and "devices" in rfields[-1].split(","):
-                root, mountpoint = fields[3], fields[4]
-                if rel == root or rel.startswith(root.rstrip("/") + "/"):
-                    return mountpoint + "/" + rel[len(root) :].lstrip("/")
-    raise InjectError(f"the devices cgroup {rel} of pid {pid} is not mounted in this namespace")
-
-
-def allow_devices(cgroup_dir: str, rules: tuple[str, ...]) -> None:
-    """Append allow rules ("c 240:0 rwm") to a v1 devices cgroup."""
-    path = os.path.join(cgroup_dir, "devices.allow")
-    for rule in rules:
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError as e:
-            raise InjectError(f"{path}: {e.strerror}") from None
-        try:
-            os.write(fd, rule.encode())
-        except OSError as e:
-            raise InjectError(f"{path}: writing {rule!r}: {e.strerror}") from None
-        finally:
-            os.close(fd)

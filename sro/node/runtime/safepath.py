@@ -193,6 +193,50 @@ class Root:
             for fd in stack:
                 os.close(fd)
 
+    def stat_inside(self, path: str) -> os.stat_result:
+        """stat of what `path` names, every symlink (the last one too) followed inside the root only.
+
+        One component at a time with O_PATH|O_NOFOLLOW, whatever the resolver: a link's text is read
+        and spliced in, an absolute one starting again from the rootfs' root (as the container will
+        see it), a `..` above the root refused (EscapeError) and so never anything outside; magic
+        links are never followed by the kernel. For comparing an image's link with a host file only.
+        """
+        stack = [os.dup(self.fd)]
+        todo = split(path)[::-1]
+        links = 0
+        try:
+            while todo:
+                comp = todo.pop()
+                if comp == "..":
+                    if len(stack) == 1:
+                        raise EscapeError(errno.EXDEV, "'..' climbs above the rootfs", path)
+                    os.close(stack.pop())
+                    continue
+                fd = os.open(comp, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=stack[-1])
+                st = os.fstat(fd)
+                if stat.S_ISLNK(st.st_mode):
+                    os.close(fd)
+                    links += 1
+                    if links > _MAX_LINKS:
+                        raise EscapeError(errno.ELOOP, "too many symlinks", path)
+                    target = os.readlink(comp, dir_fd=stack[-1])
+                    if target.startswith("/"):
+                        while len(stack) > 1:
+                            os.close(stack.pop())
+                    todo.extend(split(target)[::-1])
+                    continue
+                if not todo:
+                    os.close(fd)
+                    return st
+                if not stat.S_ISDIR(st.st_mode):
+                    os.close(fd)
+                    raise PathError(errno.ENOTDIR, "a component is not a directory", path)
+                stack.append(fd)
+            return os.fstat(stack[-1])
+        finally:
+            for fd in stack:
+                os.close(fd)
+
     # -- leaf operations (the last component is never followed) ----------------------------------
 
     def _parent(self, path: str, create: bool) -> tuple[int, str]:

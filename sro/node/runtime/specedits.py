@@ -165,19 +165,40 @@ def mount_entries(plan: InjectionPlan) -> list[dict[str, Any]]:
     ]
 
 
+def allow_devices(spec: Mapping[str, Any], plan: InjectionPlan) -> dict[str, Any]:
+    """A copy of `spec` whose `linux.resources.devices` allows the plan's nodes (`c MAJ:MIN rwm`).
+
+    What the runc wrapper's hook mode needs on a cgroup v2 host: runc builds the device cgroup's
+    eBPF program from these rules before any hook runs, and a hook cannot add to it afterwards, so
+    nodes the hook makes would exist but not open. On v1 the hook opens them itself; the rules then
+    say the same. A rule already there is not doubled.
+    """
+    out: dict[str, Any] = _copy(dict(spec))
+    linux = out.setdefault("linux", {})
+    if not isinstance(linux, dict):
+        raise ValueError("config.json: 'linux' must be an object")
+    resources = linux.setdefault("resources", {})
+    if not isinstance(resources, dict):
+        raise ValueError("config.json: 'linux.resources' must be an object")
+    rules = list(resources.get("devices", []) or [])
+    for rule in device_entries(plan)[1]:
+        if rule not in rules:
+            rules.append(rule)
+    resources["devices"] = rules
+    return out
+
+
 def apply_plan(spec: Mapping[str, Any], plan: InjectionPlan, ldcache: HookCommand | None) -> dict[str, Any]:
     """A copy of `spec` with the plan written in as the runtime's own devices, mounts and a ldcache hook.
 
     This is the CDI way (runc creates the nodes, the cgroup rules and the mounts itself, through its
     own in-root path resolution); only the linker cache needs a hook, a createContainer one.
     """
-    out: dict[str, Any] = _copy(dict(spec))
-    linux = out.setdefault("linux", {})
-    devices, rules = device_entries(plan)
+    out = allow_devices(spec, plan)
+    linux = out["linux"]
+    devices = device_entries(plan)[0]
     have = {d.get("path") for d in linux.get("devices", []) or []}
     linux["devices"] = list(linux.get("devices", []) or []) + [d for d in devices if d["path"] not in have]
-    resources = linux.setdefault("resources", {})
-    resources["devices"] = list(resources.get("devices", []) or []) + rules
     mounted = {m.get("destination") for m in out.get("mounts", []) or []}
     out["mounts"] = list(out.get("mounts", []) or []) + [
         m for m in mount_entries(plan) if m["destination"] not in mounted

@@ -4,8 +4,10 @@ Why: containerd 1.6 and kubelet 1.20 know nothing of CDI, and a runtime handler 
 where a node can change every container's OCI spec. On `create --bundle X` the wrapper reads
 X/config.json; if the container gets devices (its device plugin allocation, or what its env var,
 annotation or CDI name asks where `activation` believes it) it
-either adds the hook (mode `hook`, a prestart entry with an explicit env) or writes the devices,
-mounts and a ldcache hook straight into the spec (mode `cdi`), then execs runc with the same argv.
+either adds the hook (mode `hook`, a prestart entry with an explicit env, and the device cgroup
+allow rules of the nodes the hook will make: on a cgroup v2 host runc's eBPF program is built from
+the spec before any hook runs, see `devcgroup`) or writes the devices, mounts and a ldcache hook
+straight into the spec (mode `cdi`), then execs runc with the same argv.
 Every other subcommand goes to runc untouched; the generated launcher (see `launcher`) does that in
 the shell, without starting Python at all.
 
@@ -77,9 +79,7 @@ def edit_spec(
         raise WrapperError(str(e)) from None
     if not requests:
         return None
-    if mode == "hook":
-        return specedits.add_hook(spec, "prestart", cmd.entry("prestart"))
-    from sro.node.runtime import driverfiles, inventory  # cdi mode only: the hook discovers by itself
+    from sro.node.runtime import driverfiles, inventory
 
     inventories = {
         r.recipe.name: driverfiles.discover(r.recipe, args.driver_roots.get(r.recipe.name), args.dev_root)
@@ -89,6 +89,8 @@ def edit_spec(
         plan = inventory.plan_all(requests, inventories)
     except inventory.UnknownDeviceError as e:
         raise WrapperError(str(e)) from None
+    if mode == "hook":  # the hook makes the nodes; the rules must be in the spec before runc reads it
+        return specedits.add_hook(specedits.allow_devices(spec, plan), "prestart", cmd.entry("prestart"))
     return specedits.apply_plan(spec, plan, cmd if args.ldconfig else None)
 
 

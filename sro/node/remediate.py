@@ -20,6 +20,12 @@ Why here: what repairs a device depends on the driver behind the recipe, and onl
   (exit 2) and the machine's step times out, leaving the node to a person. A reboot is asked for as
   on any real node.
 
+Once per token: the operator asks again with the same token when it restarts mid-step (its pod per
+(node, token) normally answers that), so each success is also written to a small ledger on the node
+(`--ledger`, /var/lib/sro/remediation: it outlives a reboot, unlike /var/run), and a token found
+there is not acted on twice — a simulated reboot would otherwise take a second boot, a real one
+could loop. A failure is not recorded: the same token may try again.
+
 Exit status: 0 when every device was reset (or the reboot done/asked for), 1 when one was not (the
 lines say which and why), 2 for what cannot work (unknown device, devnodes, no recipe). Each result
 line ends with the step's token, so the pod's log says which step it served.
@@ -27,6 +33,9 @@ line ends with the step's token, so the pod's log says which step it served.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -46,6 +55,8 @@ DriverKind = Literal["simulated", "nvml", "devnodes"]
 SENTINEL = "var/run/reboot-required"  # under the host root: kured's default --reboot-sentinel
 NVIDIA_SMI = "nvidia-smi"
 RESET_TIMEOUT_S = 120.0
+LEDGER = Path("/var/lib/sro/remediation")  # what was done per token, on the node
+LEDGER_KEEP_S = 7 * 24 * 3600.0  # entries older than a week go (a step lasts minutes)
 Runner = Callable[[list[str]], tools.ToolRun]
 
 
@@ -176,6 +187,42 @@ def request_reboot(host_root: Path, token: str) -> str:
     return f"asked for: wrote {path} (kured, or the reboot daemon watching it, reboots the node)"
 
 
+def _entry(ledger: Path, token: str, action: str) -> Path:
+    return ledger / f"{action}-{hashlib.sha256(token.encode()).hexdigest()[:24]}.json"
+
+
+def done_before(ledger: Path, token: str, action: str) -> tuple[str, ...] | None:
+    """The devices the ledger records `action` done for under `token` (a reboot: none), or None
+    when it was never done (or there is no token)."""
+    if not token:
+        return None
+    path = _entry(ledger, token, action)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise click.ClickException(f"--ledger {ledger}: cannot read {path.name}: {e}") from e
+    if not isinstance(doc, dict) or doc.get("token") != token:
+        return None
+    devices = doc.get("devices")
+    return tuple(str(d) for d in devices) if isinstance(devices, list) else ()
+
+
+def remember(ledger: Path, token: str, action: str, devices: Sequence[str], said: str, now: float) -> None:
+    """Record a success for `token` (and drop entries past LEDGER_KEEP_S)."""
+    if not token:
+        return
+    doc = {"token": token, "action": action, "devices": list(devices), "said": said, "at": now}
+    try:
+        driverstate.write_atomic(_entry(ledger, token, action), json.dumps(doc) + "\n")
+        for old in ledger.glob("*.json"):
+            if now - old.stat().st_mtime > LEDGER_KEEP_S:
+                old.unlink(missing_ok=True)
+    except OSError as e:
+        raise click.ClickException(f"--ledger {ledger}: done, but not recorded: {e}") from e
+
+
 def _recipe(recipe_name: str | None, recipe_file: Path | None) -> Recipe:
     if recipe_name is None and recipe_file is None:
         raise Refused("give --recipe NAME or --recipe-file PATH (a custom recipe)")
@@ -194,6 +241,13 @@ _driver_root_option = click.option(
 _token_option = click.option(
     "--token", default="", help="The remediation step this serves (printed on each result line)."
 )
+_ledger_option = click.option(
+    "--ledger",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=LEDGER,
+    show_default=True,
+    help="Where each token's success is recorded, so a token is acted on once (with --token).",
+)
 
 
 @click.command("reset")
@@ -207,12 +261,14 @@ _token_option = click.option(
     help="Device to reset: its id (UUID), index or PCI bus id (repeatable).",
 )
 @_token_option
+@_ledger_option
 def reset_command(
     recipe_name: str | None,
     recipe_file: Path | None,
     driver_root: Path | None,
     devices: tuple[str, ...],
     token: str,
+    ledger: Path,
 ) -> None:
     """Reset devices: clear a SIMULATED device's fault, or `nvidia-smi --gpu-reset` a real GPU (which
     must be idle). Exit 0 when every device was reset, 1 when one was not, 2 when none can be."""
@@ -224,14 +280,20 @@ def reset_command(
     kind = driver_kind(recipe, root)
     if kind == "devnodes":
         raise Refused(f"reset not supported for recipe {recipe.name} (backend devnodes)")
+    before = done_before(ledger, token, "reset")
+    if before is not None and set(devices) <= set(before):
+        click.echo(f"reset {', '.join(devices)}: already done for this token{_suffix(token)}")
+        return
     if kind == "simulated":
         outcomes = reset_simulated(root, devices)
     else:
         outcomes = reset_nvml(root, devices, lambda argv: tools.run(argv, timeout=RESET_TIMEOUT_S))
-    for o in outcomes:
-        click.echo(f"reset {o.device}: {'ok' if o.ok else 'FAILED'}: {o.detail}{_suffix(token)}")
+    lines = [f"reset {o.device}: {'ok' if o.ok else 'FAILED'}: {o.detail}{_suffix(token)}" for o in outcomes]
+    for line in lines:
+        click.echo(line)
     if not all(o.ok for o in outcomes):
         raise SystemExit(1)
+    remember(ledger, token, "reset", devices, "; ".join(lines), time.time())
 
 
 @click.command("reboot")
@@ -246,15 +308,25 @@ def reset_command(
     help=f"The host's root as seen from here: a real reboot is asked for by writing <host-root>/{SENTINEL}.",
 )
 @_token_option
+@_ledger_option
 def reboot_command(
-    recipe_name: str | None, recipe_file: Path | None, driver_root: Path | None, host_root: Path, token: str
+    recipe_name: str | None,
+    recipe_file: Path | None,
+    driver_root: Path | None,
+    host_root: Path,
+    token: str,
+    ledger: Path,
 ) -> None:
     """Reboot the node: a SIMULATED driver reboots at once (faults cleared, a new boot id); a real node
     gets the reboot sentinel /var/run/reboot-required, which kured (or another reboot daemon) acts on."""
     recipe = _recipe(recipe_name, recipe_file)
     root = driver_root if driver_root is not None else Path(recipe.driver_root)
+    if done_before(ledger, token, "reboot") is not None:
+        click.echo(f"reboot {recipe.name}: already done for this token{_suffix(token)}")
+        return
     if driver_kind(recipe, root) == "simulated":
         said = reboot_simulated(root)
     else:
         said = request_reboot(host_root, token)
     click.echo(f"reboot {recipe.name}: {said}{_suffix(token)}")
+    remember(ledger, token, "reboot", (), said, time.time())

@@ -93,7 +93,7 @@ def test_reset_and_reboot_of_the_simulated_gpu(tmp_path: Path) -> None:
         assert faulty(root) == {u[0]: 79, u[1]: 79}
 
         out = sro("driver", "reset", "--recipe", "simulated-gpu", "--driver-root", str(root), "--device", u[0],
-                  "--token", "2026-11-26T01:40:00Z")  # fmt: skip
+                  "--token", "2026-11-26T01:40:00Z", "--ledger", str(tmp_path / "ledger"))  # fmt: skip
         assert out.strip().endswith("fault cleared (Xid 79) (token 2026-11-26T01:40:00Z)"), out
         watch.wait_for("cleared", u[0])  # the device plugin sees the device healthy again
         assert faulty(root) == {u[1]: 79}  # the other keeps its fault
@@ -101,7 +101,16 @@ def test_reset_and_reboot_of_the_simulated_gpu(tmp_path: Path) -> None:
 
         before = boot_id(root)
         out = sro(
-            "driver", "reboot", "--recipe", "simulated-gpu", "--driver-root", str(root), "--token", "T2"
+            "driver",
+            "reboot",
+            "--recipe",
+            "simulated-gpu",
+            "--driver-root",
+            str(root),
+            "--token",
+            "T2",
+            "--ledger",
+            str(tmp_path / "ledger"),
         )
         watch.wait_for("cleared", u[1])
         assert faulty(root) == {}

@@ -79,8 +79,14 @@ BASE: dict[tuple[str, ...], tuple[str, ...]] = {
         "--recipe", "simulated-gpu", "--proc-root", "{t}/empty", "--driver-root", "{t}/sim/root",
         "--dev-root", "{t}/sim/dev",
     ),
-    ("driver", "reset"): ("--recipe", "simulated-gpu", "--driver-root", "{t}/empty", "--device", "0", "--token", "t"),
-    ("driver", "reboot"): ("--recipe", "simulated-gpu", "--driver-root", "{t}/empty", "--host-root", "{t}/empty"),
+    ("driver", "reset"): (
+        "--recipe", "simulated-gpu", "--driver-root", "{t}/empty", "--device", "0", "--token", "t",
+        "--ledger", "{case}/ledger",
+    ),
+    ("driver", "reboot"): (
+        "--recipe", "simulated-gpu", "--driver-root", "{t}/empty", "--host-root", "{t}/empty", "--token", "t",
+        "--ledger", "{case}/ledger",
+    ),
     ("simulate", "fault"): ("--device", "0", "--driver-root", "{t}/empty"),
     ("simulate", "load"): ("--device", "0", "--util", "10", "--driver-root", "{t}/empty"),
     ("simulate", "status"): ("--driver-root", "{t}/empty"),

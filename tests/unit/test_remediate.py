@@ -9,8 +9,10 @@ from the driver root; a real reboot only writes kured's sentinel under the host 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -44,8 +46,17 @@ def mig_of(root: Path, index: int) -> str:
     return str(driverstate.read_inventory(root).devices[index].mig_devices[0].uuid)
 
 
+LEDGER: list[Path] = []  # this test's ledger: never the node's /var/lib/sro/remediation
+
+
+@pytest.fixture(autouse=True)
+def ledger(tmp_path: Path) -> Path:
+    LEDGER[:] = [tmp_path / "ledger"]
+    return LEDGER[0]
+
+
 def run(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(cli, ["driver", *args])
+    result = CliRunner().invoke(cli, ["driver", *args, "--ledger", str(LEDGER[0])])
     return result.exit_code, result.output
 
 
@@ -233,3 +244,54 @@ def test_real_reboot_without_the_hosts_var_run(tmp_path: Path) -> None:
 def test_reboot_needs_a_recipe(tmp_path: Path) -> None:
     code, out = run("reboot", "--driver-root", str(tmp_path), "--host-root", str(tmp_path))
     assert code == 2 and "--recipe" in out
+
+
+def test_a_token_is_acted_on_once(sim: Path, ledger: Path) -> None:
+    """The operator asks again with the same token after a restart: the node does not act twice."""
+    u = uuids(sim)
+    driverstate.set_fault(sim, DeviceUUID(u[0]), 79)
+    args = ("--recipe", "simulated-gpu", "--driver-root", str(sim), "--token", "T1")
+    assert run("reset", *args, "--device", u[0])[0] == 0
+    driverstate.set_fault(sim, DeviceUUID(u[0]), 48)  # a new fault after the reset
+    code, out = run("reset", *args, "--device", u[0])
+    assert code == 0 and out.strip() == f"reset {u[0]}: already done for this token (token T1)"
+    assert set(driverstate.read_faults(sim)) == {u[0]}  # not cleared by the repeated request
+    assert run("reset", *args[:-1], "T2", "--device", u[0])[0] == 0  # a new step acts again
+    assert driverstate.read_faults(sim) == {}
+
+    assert run("reboot", *args)[0] == 0
+    first = boot_id(sim)
+    code, out = run("reboot", *args)
+    assert code == 0 and "already done for this token" in out and boot_id(sim) == first
+    assert sorted(p.name.split("-")[0] for p in ledger.iterdir()) == ["reboot", "reset", "reset"]
+
+
+def test_a_failed_reset_is_not_recorded(tmp_path: Path, ledger: Path) -> None:
+    root = _real_root(tmp_path)
+    code, _ = run(
+        "reset", "--recipe", "nvidia-gpu", "--driver-root", str(root), "--device", "GPU-a", "--token", "T"
+    )
+    assert code == 1 and not ledger.exists()  # the same token may try again
+
+
+def test_no_token_no_ledger(sim: Path, ledger: Path) -> None:
+    assert run("reset", "--recipe", "simulated-gpu", "--driver-root", str(sim), "--device", "0")[0] == 0
+    assert run("reboot", "--recipe", "simulated-gpu", "--driver-root", str(sim))[0] == 0
+    assert not ledger.exists()
+
+
+def test_ledger_drops_old_entries_and_reports_a_bad_one(tmp_path: Path) -> None:
+    ledger = tmp_path / "l"
+    remediate.remember(ledger, "old", "reset", ["a"], "reset a: ok", 1000.0)
+    (old,) = ledger.iterdir()
+    os.utime(old, (1000.0, 1000.0))
+    assert remediate.done_before(ledger, "old", "reset") == ("a",)
+    assert remediate.done_before(ledger, "old", "reboot") is None
+    remediate.remember(ledger, "new", "reboot", [], "rebooted", 1000.0 + remediate.LEDGER_KEEP_S + 1)
+    assert (
+        remediate.done_before(ledger, "old", "reset") is None
+        and remediate.done_before(ledger, "new", "reboot") == ()
+    )
+    next(ledger.iterdir()).write_text("{not json")
+    with pytest.raises(click.ClickException, match="cannot read"):
+        remediate.done_before(ledger, "new", "reboot")

@@ -54,8 +54,15 @@ def _container(pod: dict[str, Any]) -> dict[str, Any]:
     return dict(c)
 
 
+LEDGER = "/var/lib/sro/remediation"
+
+
 def _volumes(pod: dict[str, Any]) -> dict[str, str]:
-    return {v["name"]: (v.get("hostPath") or {}).get("path", "") for v in pod["spec"]["volumes"]}
+    """The host paths besides the ledger, which every variant writes (asserted here)."""
+    paths = {v["name"]: (v.get("hostPath") or {}).get("path", "") for v in pod["spec"]["volumes"]}
+    assert paths.pop("ledger") == LEDGER
+    assert {"name": "ledger", "mountPath": LEDGER} in pod["spec"]["containers"][0]["volumeMounts"]
+    return paths
 
 
 def _mounts(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -95,6 +102,7 @@ def test_simulated_reset_pod() -> None:
         f"--device={GPU0}",
         f"--device={GPU1}",
         f"--token={TOKEN}",
+        "--ledger=/var/lib/sro/remediation",
     ]
     sc = c["securityContext"]
     assert "privileged" not in sc and sc["capabilities"] == {"drop": ["ALL"]}
@@ -114,6 +122,7 @@ def test_simulated_reboot_pod_writes_only_the_driver_root() -> None:
         "--recipe=simulated-gpu",
         "--driver-root=/driver-root",
         f"--token={TOKEN}",
+        "--ledger=/var/lib/sro/remediation",
     ]
     assert pod["metadata"]["annotations"][DEVICES_ANNOTATION] == ""  # a reboot resets no named device
     assert _volumes(pod) == {"driver-root": "/var/lib/sro/driver/simulated-gpu"}

@@ -140,7 +140,9 @@ def glibc_files(listed: list[str], root: Path = Path("/")) -> tuple[dict[str, Pa
     links: dict[str, str] = {}
     for line in listed:
         name = line.lstrip("/")
-        wanted = name == "sbin/ldconfig" or name.startswith("etc/ld.so.conf") or ".so" in Path(name).name
+        # sbin/ldconfig.real: Ubuntu's sbin/ldconfig is a shell wrapper that execs it
+        ldconfig = name in ("sbin/ldconfig", "sbin/ldconfig.real")
+        wanted = ldconfig or name.startswith("etc/ld.so.conf") or ".so" in Path(name).name
         if not line.startswith("/") or not wanted or name.startswith("usr/share/") or "/gconv/" in line:
             continue
         path = root / name

@@ -28,6 +28,7 @@ LISTED = [
     "/usr/lib/x86_64-linux-gnu/gconv/UTF-16.so",
     "/usr/share/doc/libc6/copyright",
     "/sbin/ldconfig",
+    "/sbin/ldconfig.real",  # Ubuntu's: /sbin/ldconfig is a shell wrapper that execs it
     "/usr/bin/iconv",
     "diverted by: nothing",
 ]
@@ -58,6 +59,7 @@ def test_only_the_runtime_files_are_taken(tmp_path: Path) -> None:
             "lib/x86_64-linux-gnu/libc.so.6",
             "lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
             "sbin/ldconfig",
+            "sbin/ldconfig.real",
         )
     }
     assert links == {"lib64/ld-linux-x86-64.so.2": "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"}

@@ -99,10 +99,12 @@ def already_there(root: Root, m: FileMount) -> bool:
     A host directory the image binds in (a /usr with the driver's soname links) holds them; the link
     then already gives the container the driver's own file. Anything else there stays refused.
     """
-    st = root.lstat(m.container_path) if m.kind == "file" else None
-    if st is None or not stat.S_ISLNK(st.st_mode):
+    if m.kind != "file":
         return False
     try:
+        st = root.lstat(m.container_path)
+        if st is None or not stat.S_ISLNK(st.st_mode):
+            return False
         inside, host = root.stat_inside(m.container_path), os.stat(m.host_path)
     except OSError:  # a link out of the root, to nothing, or a loop: not the same file
         return False

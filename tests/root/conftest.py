@@ -129,7 +129,8 @@ class Bundle:
         if args:
             self.spec["process"]["args"] = ["sh", "-c", " ".join(args)]
         if env is not None:
-            self.spec["process"]["env"] = ["PATH=/usr/bin:/bin:/usr/sbin:/sbin", *env]
+            kept = [e for e in self.spec["process"].get("env", []) if e.startswith("PYTHONPATH=")]
+            self.spec["process"]["env"] = ["PATH=/usr/bin:/bin:/usr/sbin:/sbin", *kept, *env]
         self.write()
         cid = f"sro-test-{uuid.uuid4().hex[:10]}"
         try:

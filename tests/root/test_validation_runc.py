@@ -49,10 +49,16 @@ def python_bundle(bundle: Bundle) -> Bundle:
     mounts = bundle.spec["mounts"]
     mounts.append(_bind("/usr"))
     mounts.append({**_bind(MULTIARCH), "destination": "/lib/x86_64-linux-gnu"})
-    for path in {str(Path(sys.base_prefix).resolve()), str(REPO)}:
+    # the interpreter's installation and, where it runs from a virtual environment (a GPU machine's
+    # image keeps its Python in one under /opt), that environment too; a PYTHONPATH the tests run
+    # with (sro from the checkout, packages unpacked beside the image's) goes into the container
+    extra = [p for p in os.environ.get("PYTHONPATH", "").split(":") if os.path.isdir(p)]
+    for path in {str(Path(sys.base_prefix).resolve()), str(Path(sys.prefix)), str(REPO), *extra}:
         if not path.startswith("/usr/"):
             mounts.append(_bind(path))
     process = bundle.spec["process"]
+    if extra:
+        process["env"] = [*process.get("env", []), "PYTHONPATH=" + ":".join(extra)]
     for kind in ("bounding", "effective", "permitted"):
         process["capabilities"][kind] = [*process["capabilities"].get(kind, []), "CAP_MKNOD"]
     bundle.spec["linux"]["resources"]["devices"].append({"allow": True, "type": "c", "access": "m"})

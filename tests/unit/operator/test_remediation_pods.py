@@ -22,6 +22,8 @@ from sro.operator.remediation.pods import (
     pod_devices,
     pod_token,
 )
+from sro.operator.remediation.policy import TIMEOUT_SECONDS
+from sro.operator.remediation.record import RESETTING
 from sro.operator.rendering import Context
 from tests.unit.operator.test_custom_recipe_distribution import FPGA, NIC_RULE_RECIPE, custom_sr
 
@@ -90,6 +92,9 @@ def test_simulated_reset_pod() -> None:
     assert meta["labels"]["sro.dev/specialresource"] == "gpus"
     assert meta["ownerReferences"][0]["uid"] == "uid-gpus"
     assert spec["nodeName"] == "n1" and spec["restartPolicy"] == "Never"
+    # a hung reset fails its pod before the machine's step times out, with the pod's log to read
+    assert 60 <= spec["activeDeadlineSeconds"] < TIMEOUT_SECONDS[RESETTING]
+    assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
     assert {"operator": "Exists"} in spec["tolerations"]  # the cordon and any NoExecute taint
     assert spec["automountServiceAccountToken"] is False and spec["serviceAccountName"] == "sro-driver"
     assert "hostPID" not in spec and "hostNetwork" not in spec

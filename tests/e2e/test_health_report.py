@@ -68,12 +68,28 @@ def debug(cluster: LocalCluster) -> str:
         "logs", "-n", NS, "-l", "app.kubernetes.io/name=sro-discovery", "--tail=20", check=False
     ).stdout
     files = sorted(p.name for p in Path("/var/lib/sro/health").glob("*"))
-    return f"{pods}\nreport: {report(cluster)}\nfiles: {files}\nplugin:\n{plugin}\ndiscovery:\n{disc}"
+    conditions = [(c["type"], c["status"], c.get("message", "")[:160]) for c in sr_doc(cluster, SR).get("status", {}).get("conditions", [])]  # fmt: skip
+    return (
+        f"{pods}\nconditions: {conditions}\nreport: {report(cluster)}\nfiles: {files}\n"
+        f"plugin:\n{plugin}\ndiscovery:\n{disc}"
+    )
+
+
+def leftovers(cluster: LocalCluster) -> list[str]:
+    """SpecialResources of the simulated-gpu recipe an earlier run left (the cluster lock means no
+    one else's test is running): one would hold the recipe's resource and ours would be refused."""
+    out = cluster.kubectl("get", "sr", "-o", "json", check=False)
+    if out.returncode != 0:
+        return []  # no CRD yet: nothing left over
+    items = json.loads(out.stdout)["items"]
+    return [i["metadata"]["name"] for i in items if i["spec"].get("recipe") == SIMULATED_GPU.name]
 
 
 @pytest.fixture(scope="module")
 def ready(cluster: LocalCluster, sro_image: str) -> Iterator[None]:
-    cluster.kubectl("delete", "sr", SR, "--ignore-not-found", "--timeout=120s", check=False)
+    for name in leftovers(cluster):
+        figure(f"health report e2e: deleting the left-over SpecialResource {name} (same recipe)")
+        cluster.kubectl("delete", "sr", name, "--ignore-not-found", "--timeout=180s", check=False)
     out = sro(cluster, "install", "--image", sro_image, "--timeout", "240")
     assert out.returncode == 0, out.stdout + out.stderr
     cluster.kubectl("apply", "-f", "-", input=json.dumps(sr_spec()))

@@ -78,6 +78,13 @@ def workload_pod(flavour: Flavour = SIMULATED, *, cdi: bool = True) -> dict[str,
     }
 
 
+def device_nodes(flavour: Flavour, listed: list[str]) -> list[str]:
+    """The per-device nodes among the names the workload listed under /dev (not the control nodes)."""
+    parts = re.split(r"(\{index\}|\{minor\})", flavour.recipe.device_node.rsplit("/", 1)[-1])
+    pattern = "".join(r"\d+" if part in ("{index}", "{minor}") else re.escape(part) for part in parts)
+    return [n for n in listed if re.fullmatch(pattern, n)]
+
+
 def tool(flavour: Flavour) -> str:
     """The driver's tool the workload ends with (simgpu-smi, nvidia-smi)."""
     return shlex.split(flavour.script.rsplit(";", 1)[-1])[0]
@@ -90,7 +97,8 @@ def check(pod: dict[str, Any], output: str, flavour: Flavour, path: RuntimePath)
     spec = pod.get("spec", {})
     runtime_class = spec.get("runtimeClassName")
     lines = output.splitlines()
-    nodes = lines[1].split() if len(lines) > 1 else []
+    listed = lines[1].split() if len(lines) > 1 else []
+    nodes = device_nodes(flavour, listed)
     env, _, visible = (lines[0] if lines else "").partition("=")
     phase = pod.get("status", {}).get("phase", "")
     if path.cdi:
@@ -108,7 +116,7 @@ def check(pod: dict[str, Any], output: str, flavour: Flavour, path: RuntimePath)
         problems.append(f"{env or flavour.recipe.visible_devices_env} lists {visible or 'nothing'}")
     if phase != "Succeeded":
         problems.append(f"it ended {phase or 'in no phase'}: {tool(flavour)} did not run to the end")
-    given = f"{' '.join(nodes)}, {env} and {tool(flavour)}"
+    given = f"{' '.join(listed)}, {env} and {tool(flavour)}"
     if path.cdi:
         evidence = f"no runtimeClassName, no env; containerd gave it {given} from the node's CDI spec"
     else:

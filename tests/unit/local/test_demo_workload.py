@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 
 from sro.demo.flavours import NVIDIA, SIMULATED
-from sro.demo.workload import RuntimePath, check, runtime_path, tool, workload_pod
+from sro.demo.workload import RuntimePath, check, device_nodes, runtime_path, tool, workload_pod
 
 CDI = RuntimePath(True, "containerd 1.7.24")
 HOOK = RuntimePath(False, "containerd 1.6.20")
-OUTPUT = "SRO_VISIBLE_DEVICES=GPU-aaaa,GPU-bbbb\nsro-simgpu0 sro-simgpu1 \nSIMULATED devices: 2\n"
+OUTPUT = (
+    "SRO_VISIBLE_DEVICES=GPU-aaaa,GPU-bbbb\nsro-simgpu0 sro-simgpu1 sro-simgpuctl \nSIMULATED devices: 2\n"
+)
 
 
 @pytest.mark.parametrize(
@@ -53,6 +55,14 @@ def test_the_tool_is_the_last_command_of_the_script() -> None:
     assert tool(SIMULATED) == "simgpu-smi" and tool(NVIDIA) == "nvidia-smi"
 
 
+def test_control_nodes_are_not_counted_as_devices() -> None:
+    """The first demo run on the cluster listed sro-simgpuctl beside the two GPUs: that is not a third."""
+    simulated = ["sro-simgpu0", "sro-simgpu1", "sro-simgpuctl"]
+    assert device_nodes(SIMULATED, simulated) == ["sro-simgpu0", "sro-simgpu1"]
+    listed = ["nvidia0", "nvidia12", "nvidiactl", "nvidia-uvm", "nvidia-modeset"]
+    assert device_nodes(NVIDIA, listed) == ["nvidia0", "nvidia12"]
+
+
 def _pod(cdi: bool = True, phase: str = "Succeeded") -> dict[str, Any]:
     pod = workload_pod(SIMULATED, cdi=cdi)
     pod["status"] = {"phase": phase}
@@ -63,7 +73,7 @@ def test_a_cdi_workload_that_got_its_devices_passes_with_the_evidence() -> None:
     problems, evidence = check(_pod(), OUTPUT, SIMULATED, CDI)
     assert problems == []
     assert evidence == (
-        "no runtimeClassName, no env; containerd gave it sro-simgpu0 sro-simgpu1, "
+        "no runtimeClassName, no env; containerd gave it sro-simgpu0 sro-simgpu1 sro-simgpuctl, "
         "SRO_VISIBLE_DEVICES and simgpu-smi from the node's CDI spec"
     )
     problems, evidence = check(_pod(cdi=False), OUTPUT, SIMULATED, HOOK)

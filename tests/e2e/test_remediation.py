@@ -105,10 +105,13 @@ def events(cluster: LocalCluster, name: str, since: float = 0.0) -> list[dict[st
     found = []
     for e in out["items"]:
         when = e.get("lastTimestamp") or e.get("eventTime") or e["metadata"]["creationTimestamp"]
-        stamp = datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp()
-        if e["reason"].startswith("Remediation") and stamp >= int(since):
+        if e["reason"].startswith("Remediation") and wall_time(when) >= int(since):
             found.append(e)
     return found
+
+
+def wall_time(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def reasons(cluster: LocalCluster, name: str, since: float) -> set[str]:
@@ -424,14 +427,24 @@ def test_reset_device_evicts_only_the_faulty_devices_pod_and_brings_the_node_bac
     pod = resets[0]
     assert pod["spec"].get("nodeName") == cluster.node_name, pod["spec"].get("nodeName")
     assert set(pod["metadata"]["annotations"][DEVICES].split(",")) & names_a, pod["metadata"]["annotations"]
-    command = " ".join(pod["spec"]["containers"][0].get("command", []) + pod["spec"]["containers"][0].get("args", []))  # fmt: skip
-    assert "reset" in command and "--token" in command, command
+    assert pod["metadata"]["annotations"].get("sro.dev/remediation-action") == "reset", pod["metadata"]
+    command = pod["spec"]["containers"][0].get("command", [])
+    assert command[:3] == ["sro", "driver", "reset"] and f"--token={rec.steps['resetting']}" in command, (
+        command
+    )
     assert a.device not in faults(), faults()
     # validations ran again after the reset: the record waited in validating for them
     validating, finished = rec.entered("validating"), rec.entered("done")
     resetting = rec.entered("resetting")
     assert resetting is not None and validating is not None and finished is not None
     assert resetting <= validating <= finished, rec.steps
+    selector = f"app.kubernetes.io/name=sro-validation,sro.dev/specialresource={SR}"
+    anew = [
+        p["metadata"]["name"]
+        for p in get_json(cluster, "pods", "-n", NS, "-l", selector)["items"]
+        if wall_time(p["metadata"]["creationTimestamp"]) >= int(validating.timestamp())
+    ]
+    assert anew, f"no validation pod created since the validating step ({validating})\n{debug(cluster)}"
     # the status showed it while it ran, and keeps the count
     assert seen.steps & {"cordoned", "evicting", "resetting", "validating"}, seen.steps
     assert seen.row.get("class") == "GpuLost" and seen.row.get("action") == "reset-device", seen.row

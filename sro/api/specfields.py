@@ -247,8 +247,8 @@ REMEDIATION: Final = Field(
     "the fault class, the class's action repairs the node (none; restart-workload: evict the pods "
     "holding the faulty devices; reset-device: cordon, evict the devices' users, reset them, "
     "revalidate, uncordon; drain-and-reset: every pod using the resource leaves first; reboot: "
-    "drain, then reboot the node), within a circuit breaker; see `sro remediation status`.",
-    default={},
+    "drain, then reboot the node), within a circuit breaker; see `sro remediation status`. "
+    "Absent: nothing of it (not even the condition); `remediation: {}` turns it on with the defaults.",
     fields=(
         Field(
             "actions",

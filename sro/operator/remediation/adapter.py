@@ -22,6 +22,7 @@ from sro.devices.faultclasses import Fault, fault_of
 from sro.devices.healthreport import HealthReport
 from sro.operator.observed import NodeInfo, Observed, PodInfo, SpecialResourceInfo
 from sro.operator.plan import NodeEvent, NodePatch
+from sro.operator.remediation.conditions import gpu_condition
 from sro.operator.remediation.machine import Machine, NodeFacts, NodeRemediation, RemediationPlan, release
 from sro.operator.remediation.pods import (
     DEVICES_ANNOTATION,
@@ -99,8 +100,13 @@ def remediations(
         out.delete_pods.extend(deletes)
         if step.revalidate:
             out.delete_pods.extend(revalidation(ctx, last, node.name, pods, step.token))
-        if step.condition is not None:
-            out.conditions[node.name] = step.condition
+        # the node's condition from every recipe's report on it, not this recipe's alone: two
+        # SpecialResources on one node (a GPU's, an accelerator's) then write the same condition
+        # instead of undoing each other's every pass
+        every = tuple(f for r in (obs.health.get(node.name) or {}).values() for f in faults_of(r))
+        condition = gpu_condition(every, node.gpu_condition, now)
+        if condition is not None:
+            out.conditions[node.name] = condition
         out.events.extend(NodeEvent(node.name, node.uid, *e) for e in step.events)
     return out
 

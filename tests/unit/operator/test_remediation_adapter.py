@@ -344,3 +344,15 @@ def test_the_status_fits_the_crd_and_sro_status_shows_the_node_under_remediation
     shown = replace(c.sr, status=plan.status)
     [row] = node_rows(shown, [c.node])
     assert "remediation GpuLost on device(s) 3: evicting" in row[-1]
+
+
+def test_the_condition_counts_every_recipes_report_on_the_node() -> None:
+    """Two SpecialResources on one node write the same condition, not each its own in turn."""
+    c = Cluster()
+    other = replace(report(DeviceFault("f0", (79,), "lost")), recipe="my-fpga", devices=("f0",), holders={})
+    c.health = report()  # this recipe's devices are fine; the other recipe's are not
+    obs = c.observe()
+    obs = replace(obs, health={"a": {RECIPE: report(), "my-fpga": other}})
+    plan = reconcile(obs, NS, NOW)
+    assert plan.node_conditions["a"]["status"] == "False" and "f0" in plan.node_conditions["a"]["message"]
+    assert "a" not in plan.node_patches or plan.node_patches["a"].unschedulable is None  # not its to repair

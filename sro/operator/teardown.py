@@ -12,9 +12,11 @@ Services, the Prometheus operator's kinds, pods), its partitioning objects elsew
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sro.api.recipes import BUILTIN
+from sro.devices.faultclasses import CONDITION
 from sro.operator.observed import NodeInfo, SpecialResourceInfo
 from sro.operator.plan import Plan
 from sro.operator.release import release
@@ -40,10 +42,19 @@ def plan(sr: SpecialResourceInfo, remains: Remains) -> Plan:
     """The teardown of `sr`: its status is left as it is (the object is going)."""
     resource = resource_of(sr)
     patches = {n.name: release(sr.name, resource, n) for n in remains.nodes}
+    # its remediation's GpuHealthy condition goes too (nothing would keep it true any more; another
+    # SpecialResource's remediation that sees a fault sets it again on its next pass)
+    remedied = isinstance(sr.spec.get("remediation"), Mapping)
+    conditions = {
+        n.name: {"type": CONDITION, "$patch": "delete"}
+        for n in remains.nodes
+        if remedied and n.gpu_condition is not None
+    }
     return Plan(
         status=dict(sr.status),
         delete=tuple(key for key in remains.owned if key[0] != "Pod"),
         delete_pods=tuple(name for kind, name in remains.owned if kind == "Pod"),
         delete_elsewhere=tuple(sorted(remains.owned_elsewhere)),
         node_patches={name: patch for name, patch in patches.items() if patch is not None},
+        node_conditions=conditions,
     )

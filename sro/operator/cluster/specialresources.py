@@ -331,11 +331,15 @@ class SpecialResourceIO:
         return True
 
     async def set_condition(self, sr: str, name: str, condition: Mapping[str, Any]) -> bool:
-        """A Node condition (GpuHealthy), merged by type into its status."""
+        """A Node condition (GpuHealthy), merged by type into its status (`$patch: delete`: removed)."""
         try:
             await self.cache.patch_node_condition(name, condition)  # False: gone; the next pass forgets it
-            log.info("%s: node %s: %s=%s (%s)", sr, name, condition.get("type"),
-                     condition.get("status"), condition.get("reason"))  # fmt: skip
+            said = (
+                f"{condition.get('status')} ({condition.get('reason')})"
+                if "status" in condition
+                else "removed"
+            )
+            log.info("%s: node %s: condition %s %s", sr, name, condition.get("type"), said)
             return True
         except Errors as e:
             log.warning("%s: could not set condition on node %s: %s", sr, name, describe_error(e) or e)

@@ -356,3 +356,12 @@ def test_the_condition_counts_every_recipes_report_on_the_node() -> None:
     plan = reconcile(obs, NS, NOW)
     assert plan.node_conditions["a"]["status"] == "False" and "f0" in plan.node_conditions["a"]["message"]
     assert "a" not in plan.node_patches or plan.node_patches["a"].unschedulable is None  # not its to repair
+
+
+def test_the_teardown_of_a_remediating_special_resource_takes_its_condition_away() -> None:
+    cond = {"type": CONDITION, "status": "False", "reason": "GpuLost"}
+    a, b = replace(_held(True), gpu_condition=cond), NodeInfo("b")
+    plan = teardown_plan(SpecialResourceInfo(SR, "uid-gpus", dict(REMEDY)), Remains(nodes=(a, b)))
+    assert plan.node_conditions == {"a": {"type": CONDITION, "$patch": "delete"}}  # merged away by type
+    other = teardown_plan(SpecialResourceInfo(SR, "uid-gpus", {"recipe": RECIPE}), Remains(nodes=(a, b)))
+    assert other.node_conditions == {}  # not its condition

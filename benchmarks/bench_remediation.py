@@ -7,14 +7,15 @@ the device it got). Xid 79 is injected on that device with `sro simulate fault` 
 simulated driver's fault state, as a real driver's Xid), then the Node, the workload's pods and the
 driver's fault state are read every 0.2 s. Each step is when our poll first saw it: cordoned (the
 device plugin's report → discovery's NodeFeature → the operator: GpuHealthy False, cordon);
-evicted (the holder's pod gone); reset (the fault cleared by the operator's reset pod); device
-healthy (the plugin announces it again: allocatable back to capacity); uncordoned (the node
-revalidated, uncordoned, GpuHealthy True); workload back (the Deployment's new pod Running, on a
-healthy device).
+evicted (the holder's pod ended — its containers stopped, which is what the operator waits for —
+or gone); reset (the fault cleared by the operator's reset pod); device healthy (the plugin
+announces it again: allocatable back to capacity); uncordoned (the node revalidated, uncordoned,
+GpuHealthy True); workload back (the Deployment's new pod Running, on a healthy device).
 
 Floor, same run (spec.remediation.paused, so sro only reports the fault): the same steps by hand,
 as an admin who knows at once which device failed and who holds it would type them:
-`kubectl cordon`; `kubectl delete pod` of the holder (waits until gone); the fault cleared as
+`kubectl cordon`; `kubectl delete pod` of the holder (kubectl waits until the object is gone,
+which here is seconds after its containers stopped); the fault cleared as
 `sro driver reset` does on a simulated driver (`sro simulate fault --clear --device D`); waited
 until the node's allocatable is back (the plugin announced the device); `kubectl uncordon`; the
 Deployment's new pod Running. Each kubectl call is a process start, as by hand; polls are 0.2 s in
@@ -72,7 +73,7 @@ CONDITION = "GpuHealthy"
 STEPS = ("cordon", "evict", "reset", "device healthy", "uncordon", "workload back")
 OPERATOR_WHAT = {
     "cordon": "Xid 79 -> GpuHealthy False and cordoned (report, NodeFeature, operator)",
-    "evict": "-> the holder's pod evicted and gone",
+    "evict": "-> the holder's pod evicted (ended or gone)",
     "reset": "-> the fault cleared by sro's reset pod",
     "device healthy": "-> the plugin announces it (allocatable back)",
     "uncordon": "-> revalidated, uncordoned, GpuHealthy True",
@@ -156,6 +157,7 @@ class Look:
     allocatable_full: bool  # allocatable == capacity for the resource (every device announced healthy)
     record: Record | None
     pods: dict[str, bool]  # the workload's pod name -> Running and Ready, not deleting
+    ended: frozenset[str]  # the workload's pods whose containers have stopped (holding nothing)
     faults: frozenset[str]  # faulty device UUIDs on the host
 
 
@@ -166,17 +168,20 @@ def _look(client: Client, node: str) -> Look:
     cap = (n.status.capacity or {}) if n.status else {}
     alloc = (n.status.allocatable or {}) if n.status else {}
     ann = (n.metadata.annotations or {}) if n.metadata else {}
-    pods = {
-        str(p.metadata.name): _pod_done(p, node)
-        for p in client.list(Pod, namespace=APPS, labels={"app": APP})
-        if p.metadata is not None
-    }
+    listed = [p for p in client.list(Pod, namespace=APPS, labels={"app": APP}) if p.metadata is not None]
+    pods = {str(p.metadata.name): _pod_done(p, node) for p in listed}  # type: ignore[union-attr]
+    ended = frozenset(
+        str(p.metadata.name)  # type: ignore[union-attr]
+        for p in listed
+        if p.status is not None and p.status.phase in ("Succeeded", "Failed")
+    )
     return Look(
         unschedulable=bool(n.spec and n.spec.unschedulable),
         condition=str(cond),
         allocatable_full=bool(cap.get(RESOURCE)) and alloc.get(RESOURCE) == cap.get(RESOURCE),
         record=Record.from_json(ann.get(remediation_annotation(SR), "")),
         pods=pods,
+        ended=ended,
         faults=frozenset(str(u) for u in _faults()),
     )
 
@@ -285,7 +290,7 @@ def _operator_run(cluster: Any, client: Client) -> Run:
             seen.setdefault("condition", now)
         if look.unschedulable:
             seen.setdefault("cordon", now)
-        if "cordon" in seen and old not in look.pods:
+        if "cordon" in seen and (old not in look.pods or old in look.ended):
             seen.setdefault("evict", now)
         if "evict" in seen and device not in look.faults:
             seen.setdefault("reset", now)

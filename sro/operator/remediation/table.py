@@ -76,6 +76,10 @@ def breaker_line(sr: SpecialResourceInfo) -> str:
     """The breaker and the switches, from the machine's summary; the spec's switches when the
     operator has written none yet."""
     spec = sr.spec.get("remediation")
+    if spec is None:  # opt-in: absent means none of it runs
+        return (
+            "remediation off: the spec has no `remediation` (`remediation: {}` turns it on with the defaults)"
+        )
     summary: Mapping[str, Any] = sr.status.get("remediation") or {}
     switches = spec if isinstance(spec, Mapping) else {}
     paused = summary.get("paused", switches.get("paused", False))

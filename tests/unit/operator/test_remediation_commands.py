@@ -134,6 +134,11 @@ def test_breaker_line_falls_back_to_the_specs_switches() -> None:
     assert breaker_line(sr).endswith("paused: yes; dry run: yes")
 
 
+def test_breaker_line_says_when_remediation_is_off() -> None:
+    sr = SpecialResourceInfo(SR, "u", {"recipe": "simulated-gpu"})
+    assert breaker_line(sr).startswith("remediation off: the spec has no `remediation`")
+
+
 def test_age_words() -> None:
     assert age(stamp(NOW - timedelta(seconds=5)), NOW) == "5s ago"
     assert age(stamp(NOW - timedelta(hours=3, minutes=4)), NOW) == "3h04m ago"

@@ -54,7 +54,7 @@ def rec(state: str, **kw: Any) -> Record:
         "xids": (79,),
         "attempts": (stamp(NOW - timedelta(minutes=5)),),
         "cordoned": True,
-        "started": stamp(NOW - timedelta(minutes=2, seconds=10)),
+        "started": stamp(datetime.now(UTC) - timedelta(minutes=2, seconds=10)),
     }
     return Record(state, **{**base, **kw})
 
@@ -105,7 +105,7 @@ def test_status_shows_each_node_under_remediation_and_the_breaker(monkeypatch: p
     n2 = next(i for i, line in enumerate(lines) if "│ n2" in line)
     assert n1 < n2  # in node order
     assert "GpuLost" in lines[n2] and "reset-device" in lines[n2] and "evicting" in lines[n2]
-    # started 2m10s before NOW (this module's import): a little more by now
+    # started 2m10s before the record was made: a second more by the time it is shown
     assert re.search(r"│ 2m1\ds ago", lines[n2]) and "default/on-3" in lines[n2]
     assert "limit" in lines[n1] and "│ 3 " in lines[n1]
     assert "n3" not in r.output and "n4" not in r.output

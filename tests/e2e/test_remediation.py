@@ -257,12 +257,16 @@ class Seen:
     action_pods: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> last seen
     steps: set[str] = field(default_factory=set)  # the node row's remediation steps
     row: dict[str, Any] = field(default_factory=dict)  # the last remediation entry seen on the row
+    under_way: Record | None = None  # the last record seen before done (done forgets the fault)
 
 
 def poll(cluster: LocalCluster, seen: Seen, watch: dict[str, Workload]) -> dict[str, Any]:
     """One look at the node, the SpecialResource's row, the workloads and the action pods."""
     doc = node(cluster)
     seen.cordoned |= bool(doc["spec"].get("unschedulable"))
+    rec = record_of(doc)
+    if rec is not None and rec.state != "done":
+        seen.under_way = rec
     for row in sr_doc(cluster, SR).get("status", {}).get("nodes", []):
         if row.get("name") == cluster.node_name and row.get("remediation"):
             seen.row = dict(row["remediation"])
@@ -411,8 +415,9 @@ def test_reset_device_evicts_only_the_faulty_devices_pod_and_brings_the_node_bac
     assert seen.cordoned, "the node was never seen cordoned"
     assert a.uid in seen.gone, f"A's pod was not evicted: {seen.gone}"
     assert b.uid not in seen.gone, seen.gone[b.uid]
-    assert (rec.fault_class, rec.action, rec.xids) == ("GpuLost", "reset-device", (79,)), rec
-    assert set(rec.devices) & names_a, rec
+    was = seen.under_way  # the fault as the record named it while under way
+    assert was is not None and (was.fault_class, was.action, was.xids) == ("GpuLost", "reset-device", (79,))
+    assert set(was.devices) & names_a, was
     assert f"{APPS}/{a.pod}" in rec.evicted and f"{APPS}/{b.pod}" not in rec.evicted, rec
     assert {"cordoned", "evicting", "resetting", "validating", "done"} <= set(rec.steps), rec.steps
     assert len(rec.attempts) == 1, rec

@@ -7,8 +7,8 @@ the device it got). Xid 79 is injected on that device with `sro simulate fault` 
 simulated driver's fault state, as a real driver's Xid), then the Node, the workload's pods and the
 driver's fault state are read every 0.2 s. Each step is when our poll first saw it: cordoned (the
 device plugin's report → discovery's NodeFeature → the operator: GpuHealthy False, cordon);
-evicted (the holder's pod ended — its containers stopped, which is what the operator waits for —
-or gone); reset (the fault cleared by the operator's reset pod); device healthy (the plugin
+evicted (the operator's record leaves `evicting`: the holder's containers have stopped; its API
+object lingers seconds longer, which `kubectl delete` waits out); reset (the fault cleared by the operator's reset pod); device healthy (the plugin
 announces it again: allocatable back to capacity); uncordoned (the node revalidated, uncordoned,
 GpuHealthy True); workload back (the Deployment's new pod Running, on a healthy device).
 
@@ -61,7 +61,7 @@ from sro.api.names import validated_label
 from sro.api.recipes import SIMULATED_GPU
 from sro.devices.driverstate import read_faults, read_inventory
 from sro.local.layout import BUSYBOX_IMAGE
-from sro.operator.remediation.record import DONE, Record, remediation_annotation
+from sro.operator.remediation.record import CORDONED, DONE, EVICTING, WAITING, Record, remediation_annotation
 
 RUNS = int(os.environ.get("SRO_BENCH_REMEDIATION_RUNS", "3"))
 APPS = "sro-bench-remediation"
@@ -73,7 +73,7 @@ CONDITION = "GpuHealthy"
 STEPS = ("cordon", "evict", "reset", "device healthy", "uncordon", "workload back")
 OPERATOR_WHAT = {
     "cordon": "Xid 79 -> GpuHealthy False and cordoned (report, NodeFeature, operator)",
-    "evict": "-> the holder's pod evicted (ended or gone)",
+    "evict": "-> the holder evicted (the record leaves evicting)",
     "reset": "-> the fault cleared by sro's reset pod",
     "device healthy": "-> the plugin announces it (allocatable back)",
     "uncordon": "-> revalidated, uncordoned, GpuHealthy True",
@@ -157,7 +157,6 @@ class Look:
     allocatable_full: bool  # allocatable == capacity for the resource (every device announced healthy)
     record: Record | None
     pods: dict[str, bool]  # the workload's pod name -> Running and Ready, not deleting
-    ended: frozenset[str]  # the workload's pods whose containers have stopped (holding nothing)
     faults: frozenset[str]  # faulty device UUIDs on the host
 
 
@@ -170,18 +169,12 @@ def _look(client: Client, node: str) -> Look:
     ann = (n.metadata.annotations or {}) if n.metadata else {}
     listed = [p for p in client.list(Pod, namespace=APPS, labels={"app": APP}) if p.metadata is not None]
     pods = {str(p.metadata.name): _pod_done(p, node) for p in listed}  # type: ignore[union-attr]
-    ended = frozenset(
-        str(p.metadata.name)  # type: ignore[union-attr]
-        for p in listed
-        if p.status is not None and p.status.phase in ("Succeeded", "Failed")
-    )
     return Look(
         unschedulable=bool(n.spec and n.spec.unschedulable),
         condition=str(cond),
         allocatable_full=bool(cap.get(RESOURCE)) and alloc.get(RESOURCE) == cap.get(RESOURCE),
         record=Record.from_json(ann.get(remediation_annotation(SR), "")),
         pods=pods,
-        ended=ended,
         faults=frozenset(str(u) for u in _faults()),
     )
 
@@ -290,7 +283,8 @@ def _operator_run(cluster: Any, client: Client) -> Run:
             seen.setdefault("condition", now)
         if look.unschedulable:
             seen.setdefault("cordon", now)
-        if "cordon" in seen and (old not in look.pods or old in look.ended):
+        rec = look.record
+        if "cordon" in seen and rec is not None and rec.state not in (WAITING, CORDONED, EVICTING):
             seen.setdefault("evict", now)
         if "evict" in seen and device not in look.faults:
             seen.setdefault("reset", now)

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sro.devices.health import HealthPolicy, HealthTracker
+from sro.devices.health import ALL, HealthPolicy, HealthTracker
 from sro.devices.model import Backend, DeviceUUID, HealthEvent, Inventory
 from sro.devices.telemetry import Readings, Telemetry
 from sro.host.podresources import Assignment
@@ -192,6 +192,18 @@ class Collector:
             elif ev.kind == "cleared":
                 self._xids.pop(ev.device, None)
 
+    def _forget_recovered_xids(self, unhealthy: frozenset[DeviceUUID]) -> None:
+        """A device fault's Xid is reported until the device is healthy again. NVML sends no event
+        when a fault ends (the simulated backend does: `cleared`), so without this the last Xid of an
+        NVIDIA GPU stayed in DCGM_FI_DEV_XID_ERRORS, and SroGpuXidError firing, until the exporter
+        restarted, while the device plugin had long announced the GPU healthy. Application Xids never
+        make a device unhealthy: they stay as the last Xid seen, as dcgm-exporter reports them."""
+        if not self.tracker.enabled:
+            return
+        for device, xid in list(self._xids.items()):
+            if xid not in self.tracker.ignored_xids and device not in unhealthy and ALL not in unhealthy:
+                del self._xids[device]
+
     def _open(self) -> _Devices:
         dev = self._devices
         if dev.backend is None:
@@ -288,6 +300,7 @@ class Collector:
             now = time.monotonic()
             with self._health_lock:
                 unhealthy = frozenset(self.tracker.unhealthy(now))
+                self._forget_recovered_xids(unhealthy)
                 xids = {self._parent(inv, u): x for u, x in self._xids.items()} if inv else {}
             collected = Collected(
                 hostname=self.hostname,

@@ -85,6 +85,12 @@ def status(sr_name: str | None, kubeconfig: str | None) -> None:
 def _set_paused(sr_name: str | None, kubeconfig: str | None, paused: bool) -> None:
     objects, srs, _ = _read(kubeconfig)
     sr = pick(srs, sr_name)
+    if not isinstance(sr.spec.get("remediation"), dict):
+        # a patch would create spec.remediation and so turn remediation on with the default actions
+        raise click.ClickException(
+            f"{sr.name} has no spec.remediation: remediation is off, there is nothing to "
+            f"{'pause' if paused else 'resume'} (turn it on with `remediation: {{}}` in its spec)"
+        )
     objects.merge_patch("SpecialResource", sr.name, {"spec": {"remediation": {"paused": paused}}})
     if paused:
         click.echo(f"{sr.name}: remediation paused; no node starts one (a node under way finishes)")

@@ -157,6 +157,14 @@ def test_pause_and_resume_patch_the_spec(monkeypatch: pytest.MonkeyPatch, cmd: s
     assert ("paused" if paused else "resumed") in r.output
 
 
+@pytest.mark.parametrize("cmd", ["pause", "resume"])
+def test_pause_never_turns_remediation_on(monkeypatch: pytest.MonkeyPatch, cmd: str) -> None:
+    objects = cluster(monkeypatch, [], srs=2)
+    r = invoke(cmd, "other")  # its spec has no remediation: a patch would turn it on
+    assert r.exit_code == 1 and "other has no spec.remediation: remediation is off" in r.output
+    assert objects.patches == []
+
+
 @pytest.mark.parametrize("state", [LIMIT, FAILED])
 def test_retry_clears_the_hold_and_the_machine_uncordons(monkeypatch: pytest.MonkeyPatch, state: str) -> None:
     held = node("n1", rec(state, attempts=tuple(stamp(NOW - timedelta(minutes=m)) for m in (1, 2, 3))))

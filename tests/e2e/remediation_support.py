@@ -226,6 +226,12 @@ def wait_running(cluster: LocalCluster, app: str, timeout: float = 120) -> Workl
     return found
 
 
+def all_back(cluster: LocalCluster) -> bool:
+    """Every simulated device announced and healthy: the node's allocatable counts them all."""
+    allocatable = node(cluster)["status"].get("allocatable", {}).get(RESOURCE, "0")
+    return int(allocatable) == len(read_inventory(DRIVER_ROOT).devices)
+
+
 def idle_device(*held: Workload) -> str:
     """A device neither workload holds (a fault there evicts nothing of ours)."""
     mine = {w.device for w in held}

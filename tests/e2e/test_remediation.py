@@ -42,6 +42,7 @@ from tests.e2e.remediation_support import (
     SR,
     TOKEN,
     Seen,
+    all_back,
     back_in_service,
     clear_all,
     cordoned,
@@ -214,6 +215,7 @@ def test_reset_device_evicts_only_the_faulty_devices_pod_and_brings_the_node_bac
         command
     )
     assert a.device not in faults(), faults()
+    wait_for("device A back in allocatable", lambda: all_back(cluster), 30, why=lambda: debug(cluster))
     # validations ran again after the reset: the record waited in validating for them
     validating, finished = rec.entered("validating"), rec.entered("done")
     resetting = rec.entered("resetting")

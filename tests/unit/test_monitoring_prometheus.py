@@ -124,7 +124,12 @@ def test_rules_load_and_evaluate_without_error(scraped: tuple[Prometheus, str, s
             break
         assert time.monotonic() < deadline, "rules not evaluated after 20 s"
         time.sleep(0.5)
-    assert {g["name"] for g in groups} == {"sro-gpu-devices", "sro-gpu-stack", "sro-exporter"}
+    assert {g["name"] for g in groups} == {
+        "sro-gpu-devices",
+        "sro-gpu-stack",
+        "sro-exporter",
+        "sro-remediation",
+    }
     bad = [(r["name"], r["health"], r.get("lastError")) for r in rules if r["health"] != "ok"]
     assert not bad
     assert len(rules) >= 12

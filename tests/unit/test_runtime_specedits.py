@@ -119,6 +119,39 @@ def test_edit_spec_modes(tmp_path: Path) -> None:
         wrapper.parse(["--mode", "x", "--", "state"])
 
 
+@pytest.mark.parametrize("mode", ["hook", "cdi"])
+def test_a_refusal_reaches_the_pod_status_through_runcs_log(tmp_path: Path, mode: str) -> None:
+    """containerd's shim reads runc's last error from `--log`, never the runtime's stderr: a refused
+    container (an unknown device) must say why there, or the pod shows only "unable to retrieve OCI
+    runtime error (open .../log.json: no such file)" (found by the e2e runtime-class test)."""
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    spec = {"process": {"env": ["SRO_VISIBLE_DEVICES=3"], "capabilities": {"bounding": ["CAP_SYS_ADMIN"]}}}
+    (bundle / "config.json").write_text(json.dumps(spec))
+    log = tmp_path / "log.json"
+    opts = ["--recipe", "simulated-gpu", "--driver-root", str(tmp_path), "--dev-root", str(tmp_path)]
+    runc_args = [
+        "--root",
+        "/run/x",
+        "--log",
+        str(log),
+        "--log-format",
+        "json",
+        "create",
+        "--bundle",
+        str(bundle),
+        "c1",
+    ]
+    with pytest.raises(SystemExit) as exit_:
+        wrapper.main(["--runc", "/bin/false", "--mode", mode, *opts, "--", *runc_args])
+    assert exit_.value.code == 1
+    [line] = log.read_text().splitlines()
+    entry = json.loads(line)
+    assert entry["level"] == "error" and "unknown device id '3'" in entry["msg"]
+    assert wrapper.runc_log_path(["--log=/x/log.json", "create"]) == "/x/log.json"
+    assert wrapper.runc_log_path(["create", "--bundle", "b"]) is None
+
+
 def test_launcher_passes_everything_but_create_straight_to_runc(tmp_path: Path) -> None:
     """Run the generated shell script with a fake runc and a fake python that record their argv."""
     runc = tmp_path / "runc"

@@ -123,8 +123,40 @@ def parse(argv: Sequence[str]) -> tuple[str, str, list[str], list[str]]:
     return runc, mode, opts, runc_args
 
 
+def runc_log_path(runc_args: Sequence[str]) -> str | None:
+    """The file runc's caller reads runc's errors from (`--log PATH` or `--log=PATH`), if any."""
+    for i, arg in enumerate(runc_args):
+        if arg == "--log" and i + 1 < len(runc_args):
+            return runc_args[i + 1]
+        if arg.startswith("--log="):
+            return arg[len("--log=") :]
+    return None
+
+
+def tell_the_shim(runc_args: Sequence[str], message: str) -> None:
+    """Write a refusal where containerd's shim reads runc's last error (runc's JSON log lines), so
+    the pod's status says why its container was not created; the shim does not read the runtime's
+    stderr, and a refusal comes before runc ever writes that file ("unable to retrieve OCI runtime
+    error ... log.json: no such file"). Nothing to do when the caller asked for no log."""
+    path = runc_log_path(runc_args)
+    if path is None:
+        return
+    import json  # only on a refusal: every container start pays for what the wrapper imports
+    import time
+
+    line = json.dumps(
+        {"level": "error", "msg": message, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    )
+    try:
+        with open(path, "a") as f:
+            f.write(line + "\n")
+    except OSError:
+        pass  # stderr has it
+
+
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     argv = sys.argv[1:] if argv is None else argv
+    runc_args: list[str] = []
     try:
         runc, mode, opts, runc_args = parse(argv)
         bundle = find_create_bundle(runc_args)
@@ -145,6 +177,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
                     write_json_atomic(path, edited)
     except (WrapperError, hook.HookError) as e:
         print(f"sro runtime: {e}", file=sys.stderr)
+        tell_the_shim(runc_args, f"sro runtime: {e}")
         sys.exit(1)
     try:
         os.execv(runc, [runc, *runc_args])

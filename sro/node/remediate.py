@@ -178,7 +178,9 @@ def reset_simulated(driver_root: Path, devices: Sequence[str], dev_root: Path | 
         cleared = set(driverstate.clear_faults(driver_root, [u for us in wanted.values() for u in us]))
         counts = driverstate.count_resets(driver_root, [u for us in wanted.values() for u in us])
     except (driverstate.DriverStateError, OSError) as e:
-        raise click.ClickException(f"cannot clear the faults under {driver_root}: {e}") from e
+        raise click.ClickException(
+            f"cannot clear the faults or count the reset under {driver_root}: {e}"
+        ) from e
     note = _update_nvml(driver_root)
     out = []
     for ref, uuids in wanted.items():

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from sro.api.recipes import NVIDIA_GPU, SIMULATED_GPU
 from sro.cli import cli
-from sro.devices import driverstate, simconfig, simulated_driver
+from sro.devices import driverstate, simconfig, simulated_driver, simulated_nvidia
 from sro.devices.model import DeviceUUID
 from sro.node import remediate
 from sro.node.exporter import exposition
@@ -133,6 +133,33 @@ def test_reset_makes_the_devices_node_again_and_only_its(tmp_path: Path) -> None
     for name, p in nodes.items():
         if name != target.name:
             assert p.lstat().st_ino == before[name].st_ino, name  # the other devices' and control nodes
+    assert driverstate.read_resets(root) == {inv.devices[1].uuid: 1}
+
+
+@pytest.mark.root
+def test_reset_of_the_simulated_nvidia_driver_makes_nvidia_n_again(tmp_path: Path) -> None:
+    proc_devices = Path("/proc/devices").read_text()
+    if simulated_nvidia.refusal("", proc_devices) is not None:
+        pytest.skip("this host has a real NVIDIA driver")
+    (tmp_path / "lib").write_bytes(b"\x7fELF placeholder")  # the nodes are what counts here
+    (tmp_path / "smi").write_text("#!/bin/sh\n")
+    inv = simulated_nvidia.parse({"personality": "nvidia", "count": 2})
+    dev, root = tmp_path / "dev", tmp_path / "driver"
+    native = simulated_nvidia.NativeBuild(tmp_path / "lib", tmp_path / "smi")
+    simulated_nvidia.install(inv, root, dev, proc_devices, "snd 1 0 - Live 0x0\n", native)
+    ctl, gpu1 = dev / "nvidiactl", dev / "nvidia1"
+    ctl_ino = ctl.lstat().st_ino
+    os.link(gpu1, tmp_path / "held")
+    result = CliRunner().invoke(
+        cli,
+        ["driver", "reset", "--recipe", "nvidia-gpu", "--driver-root", str(root), "--dev-root", str(dev),
+         "--device", "1", "--ledger", str(tmp_path / "ledger")],
+    )  # fmt: skip
+    assert result.exit_code == 0 and "(node made again: /dev/nvidia1)" in result.output, result.output
+    st = gpu1.lstat()
+    assert stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(195, 1) and stat.S_IMODE(st.st_mode) == 0o666
+    assert st.st_ino != (tmp_path / "held").lstat().st_ino
+    assert ctl.lstat().st_ino == ctl_ino  # the control node is the driver's, not the device's
     assert driverstate.read_resets(root) == {inv.devices[1].uuid: 1}
 
 

@@ -163,6 +163,48 @@ def test_reset_of_the_simulated_nvidia_driver_makes_nvidia_n_again(tmp_path: Pat
     assert driverstate.read_resets(root) == {inv.devices[1].uuid: 1}
 
 
+@pytest.mark.root
+def test_a_device_class_reset_takes_its_companion_node_and_the_exporter_counts_it(tmp_path: Path) -> None:
+    """The example FPGA (a device class: /dev/xclmgmtN with companion /dev/dri/renderD(128+N)), end to
+    end through the CLI: `sro driver simulate`, `sro driver reset --dev-root`, `sro exporter --once`."""
+    examples = Path(__file__).resolve().parents[2] / "examples" / "fpga"
+    recipe = str(examples / "recipe.yaml")
+    root, dev = tmp_path / "root", tmp_path / "dev"
+    made = CliRunner().invoke(
+        cli,
+        ["driver", "simulate", "--recipe-file", recipe, "--config", str(examples / "devices.yaml"),
+         "--driver-root", str(root), "--dev-root", str(dev)],
+    )  # fmt: skip
+    assert made.exit_code == 0, made.output
+    before = {p: p.lstat() for p in dev.rglob("*") if p.is_char_device()}
+    card = driverstate.read_inventory(root).devices[1]
+    mine = {dev / "xclmgmt1", dev / "dri" / "renderD129"}
+    assert {card.device_node, *card.companion_nodes} == {"/dev/xclmgmt1", "/dev/dri/renderD129"}
+    for p in mine:
+        os.link(p, tmp_path / p.name)  # keep the old inodes in use
+    result = CliRunner().invoke(
+        cli,
+        ["driver", "reset", "--recipe-file", recipe, "--driver-root", str(root), "--dev-root", str(dev),
+         "--device", "1", "--ledger", str(tmp_path / "ledger")],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    for p, st in before.items():
+        now = p.lstat()
+        assert now.st_rdev == st.st_rdev and stat.S_IMODE(now.st_mode) == stat.S_IMODE(st.st_mode), p
+        assert (now.st_ino != (tmp_path / p.name).lstat().st_ino) if p in mine else now.st_ino == st.st_ino, p
+
+    args = ["exporter", "--once", "--recipe-file", recipe, "--driver-root", str(root)]
+    text = CliRunner().invoke(cli, [*args, "--pod-resources-socket", str(tmp_path / "none.sock")]).stdout
+    counts = {
+        line.split('UUID="', 1)[1].split('"', 1)[0]: line.rsplit(" ", 1)[1]
+        for line in text.splitlines()
+        if line.startswith("sro_device_resets_total{")
+    }
+    assert counts == {
+        str(d.uuid): "1" if d.uuid == card.uuid else "0" for d in driverstate.read_inventory(root).devices
+    }
+
+
 def test_without_a_dev_root_no_node_is_touched(tmp_path: Path) -> None:
     root = _state_root(tmp_path)
     code, out = _reset(root, tmp_path / "ledger", "--device", "0")

@@ -26,6 +26,11 @@ FORMAT_VERSION = 1
 # What `sro simulate load` sets (utilisation and memory per device), read by the exporter's
 # simulated readings (`sro.devices.simreadings`); next to the fault state, under the driver root.
 SIMULATED_LOADS = "loads.json"
+# How often each device was reset (`sro driver reset`), read by the exporter
+# (`sro_device_resets_total`). Its own file, not the fault state: `sro simulate fault --clear` and a
+# simulated reboot rewrite faults.json, and neither may reset the counts; a counter that restarts
+# with the device plugin or the exporter would read as no resets to `increase()`.
+SIMULATED_RESETS = "resets.json"
 
 
 class DriverStateError(ValueError):
@@ -314,3 +319,33 @@ def clear_loads(driver_root: Path, uuids: list[DeviceUUID] | None) -> list[Devic
         cleared = [u for u in loads if uuids is None or u in uuids]
         _write_loads(driver_root, {u: x for u, x in loads.items() if u not in cleared})
         return cleared
+
+
+def resets_from_doc(doc: Any, where: str) -> dict[DeviceUUID, int]:
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("resets", {}), Mapping):
+        raise DriverStateError(f"{where}: expected {{'resets': {{uuid: count}}}}")
+    out = {}
+    for uuid, n in doc.get("resets", {}).items():
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise DriverStateError(f"{where}: resets[{uuid!r}] must be a non-negative integer, got {n!r}")
+        out[DeviceUUID(uuid)] = n
+    return out
+
+
+def read_resets(driver_root: Path) -> dict[DeviceUUID, int]:
+    """Resets so far by device (or MIG device) UUID; no file means none yet."""
+    path = driver_root / SIMULATED_RESETS
+    doc = _read_json(path)
+    return {} if doc is None else resets_from_doc(doc, str(path))
+
+
+def count_resets(driver_root: Path, uuids: Sequence[DeviceUUID]) -> dict[DeviceUUID, int]:
+    """Add one reset to each of `uuids` (under the state lock, so two resets at once both count);
+    returns the new counts of those devices."""
+    with _locked(driver_root):
+        counts = read_resets(driver_root)
+        for u in dict.fromkeys(uuids):
+            counts[u] = counts.get(u, 0) + 1
+        doc = {"resets": dict(sorted(counts.items()))}
+        write_atomic(driver_root / SIMULATED_RESETS, json.dumps(doc, indent=2) + "\n")
+        return {u: counts[u] for u in uuids}

@@ -244,6 +244,31 @@ def _missing_dirs(dev_root: Path, nodes: Iterable[str]) -> list[str]:
     return out
 
 
+def made_nodes(driver_root: Path) -> dict[str, tuple[int, int]]:
+    """Every node the simulated GPU driver or device class installed at `driver_root` made: its /dev
+    path -> (major, minor), from its device list and `node_plan` (the numbering `install` used);
+    nothing when no driver is installed there."""
+    made = _previous(driver_root)
+    if made.major is None:
+        return {}
+    inv = driverstate.read_inventory(driver_root)
+    return {node: (made.major, minor) for node, minor in node_plan(inv)}
+
+
+def recreate_nodes(dev_root: Path, nodes: Iterable[tuple[str, int, int]]) -> list[Path]:
+    """Remove and make again each (/dev path, major, minor) under `dev_root`, as `install` makes them
+    (`_mknod`: mode 0666, same numbers): a device reset gives the device a new node, as a real
+    driver's reset does (a process still holding the old inode keeps it). Under the dev root's lock,
+    as a driver installing at once may be making nodes there."""
+    out = []
+    with _dev_lock(dev_root):
+        for node, major, minor in nodes:
+            path = _host_path(dev_root, node)
+            _mknod(path, major, minor, fresh=True)
+            out.append(path)
+    return out
+
+
 def _write_library(lib_dir: Path, soname: str, symbols: dict[str, str]) -> Path:
     path = lib_dir / soname
     tmp = path.with_name(f".{soname}.tmp")
@@ -381,7 +406,13 @@ def remove(driver_root: Path, dev_root: Path, recipe: Recipe = SIMULATED_GPU) ->
             path = _inside(driver_root, rel)
             path.unlink()
             removed.append(path)
-    for name in (SIMULATED_DEVICE_LIST, SIMULATED_FAULTS, driverstate.SIMULATED_LOADS, ".faults.lock"):
+    for name in (
+        SIMULATED_DEVICE_LIST,
+        SIMULATED_FAULTS,
+        driverstate.SIMULATED_LOADS,
+        driverstate.SIMULATED_RESETS,
+        ".faults.lock",
+    ):
         with contextlib.suppress(FileNotFoundError):
             (driver_root / name).unlink()
             removed.append(driver_root / name)

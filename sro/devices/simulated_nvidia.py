@@ -231,6 +231,15 @@ def _recorded_nodes(doc: Mapping[str, Any]) -> list[tuple[str, int, int]]:
         return []
 
 
+def made_nodes(driver_root: Path) -> dict[str, tuple[int, int]]:
+    """Every node the NVIDIA personality installed at `driver_root` made: its /dev path -> (major,
+    minor) as recorded in its device list (nothing when it is not this personality's)."""
+    doc = _read_doc(driver_root)
+    if doc.get("personality") != PERSONALITY:
+        return {}
+    return {path: (major, minor) for path, major, minor in _recorded_nodes(doc)}
+
+
 def _lib_name(driver_version: str) -> str:
     return f"libnvidia-ml.so.{driver_version}"
 
@@ -306,6 +315,7 @@ _FILES = (
     SIMULATED_DEVICE_LIST,
     SIMULATED_FAULTS,
     driverstate.SIMULATED_LOADS,
+    driverstate.SIMULATED_RESETS,
     ".faults.lock",
     simnvml_state.LOCK_FILE,
     f"{SIMNVML_STATE_DIR}/{simnvml_state.STATE_FILE}",

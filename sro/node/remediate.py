@@ -5,7 +5,12 @@ Why here: what repairs a device depends on the driver behind the recipe, and onl
 - sro's simulated driver (simulated-gpu, the simulated NVIDIA driver of `spec.driver.mode:
   simulated`, a custom simulated device class): a reset clears the named devices' faults through the
   very code `sro simulate fault --clear` uses (`driverstate.clear_faults`, then the NVML state where
-  the driver serves NVML), so the device plugin sees the fault go as it would after a real reset. A
+  the driver serves NVML), so the device plugin sees the fault go as it would after a real reset.
+  With `--dev-root` (the host's /dev, which needs CAP_MKNOD) it also makes the device's nodes again
+  with the numbers and mode the driver gave them, as a real reset gives a device a new node. Each
+  reset adds one to the device's count in the driver's state (`driverstate.count_resets`, beside
+  the fault state: it outlives the device plugin, the exporter and a simulated reboot), which the
+  exporter shows as `sro_device_resets_total`. A
   simulated reboot clears every fault of the driver and writes a new boot id under its root
   (`healthreport.SIM_BOOT_ID`), which the health report carries: the operator sees the node "come
   back" from a reboot that took no machine down.
@@ -46,7 +51,7 @@ import click
 
 from sro.api.recipes import SIMULATED_DEVICE_LIST, Recipe
 from sro.console.options import load_recipe, recipe_file_option, recipe_option
-from sro.devices import driverstate, simnvml_state
+from sro.devices import driverstate, simnvml_state, simulated_driver, simulated_nvidia
 from sro.devices.healthreport import SIM_BOOT_ID
 from sro.devices.model import DeviceUUID, Inventory
 from sro.node.validation import tools
@@ -132,19 +137,57 @@ def _inventory(driver_root: Path) -> Inventory:
         raise click.ClickException(str(e)) from e
 
 
-def reset_simulated(driver_root: Path, devices: Sequence[str]) -> list[Outcome]:
-    wanted = resolve(_inventory(driver_root), devices)
+def node_numbers(
+    driver_root: Path, inv: Inventory, uuids: Sequence[DeviceUUID]
+) -> list[tuple[str, int, int]]:
+    """The nodes (/dev path, major, minor) the simulated driver made for `uuids`: a device's own node,
+    its companions' and its MIG devices', with the numbers the installed personality recorded."""
+    if simulated_nvidia.personality_of(driver_root) == simulated_nvidia.PERSONALITY:
+        made = simulated_nvidia.made_nodes(driver_root)
+    else:
+        made = simulated_driver.made_nodes(driver_root)
+    paths: list[str] = []
+    for d in inv.devices:
+        if d.uuid in uuids:
+            paths += [d.device_node, *d.companion_nodes]
+        paths += [m.device_node for m in d.mig_devices if m.uuid in uuids and m.device_node]
+    return [(p, *made[p]) for p in dict.fromkeys(paths) if p in made]
+
+
+def _recreate(driver_root: Path, dev_root: Path, inv: Inventory, uuids: Sequence[DeviceUUID]) -> str:
+    """Make the devices' nodes again under `dev_root`; what was done, in words."""
+    try:
+        nodes = node_numbers(driver_root, inv, uuids)
+        simulated_driver.recreate_nodes(dev_root, nodes)
+    except (simulated_driver.SimulatedDriverError, driverstate.DriverStateError, OSError) as e:
+        raise click.ClickException(f"cannot make the device nodes again under {dev_root}: {e}") from e
+    return f" (node made again: {', '.join(p for p, _, _ in nodes) or 'none recorded'})"
+
+
+def reset_simulated(driver_root: Path, devices: Sequence[str], dev_root: Path | None = None) -> list[Outcome]:
+    """Reset simulated devices: their nodes made again (with `dev_root`), their faults cleared, one
+    more reset counted for each. The nodes come first: when they cannot be made nothing is cleared
+    or counted, and the step may try again."""
+    inv = _inventory(driver_root)
+    wanted = resolve(inv, devices)
+    made = {ref: "" for ref in wanted}
+    if dev_root is not None:
+        made = {ref: _recreate(driver_root, dev_root, inv, uuids) for ref, uuids in wanted.items()}
     try:
         before = driverstate.read_faults(driver_root)
         cleared = set(driverstate.clear_faults(driver_root, [u for us in wanted.values() for u in us]))
+        counts = driverstate.count_resets(driver_root, [u for us in wanted.values() for u in us])
     except (driverstate.DriverStateError, OSError) as e:
-        raise click.ClickException(f"cannot clear the faults under {driver_root}: {e}") from e
+        raise click.ClickException(
+            f"cannot clear the faults or count the reset under {driver_root}: {e}"
+        ) from e
     note = _update_nvml(driver_root)
     out = []
     for ref, uuids in wanted.items():
         xids = sorted({before[u].xid for u in uuids if u in cleared})
         said = f"fault cleared (Xid {', '.join(map(str, xids))})" if xids else "no active fault"
-        out.append(Outcome(ref, True, f"SIMULATED reset of {uuids[0]}: {said}{note}"))
+        head = f"SIMULATED reset #{counts[uuids[0]]} of {uuids[0]}{made[ref]}"
+        out.append(Outcome(ref, True, f"{head}: {said}{note}"))
     return out
 
 
@@ -260,6 +303,12 @@ _ledger_option = click.option(
     multiple=True,
     help="Device to reset: its id (UUID), index or PCI bus id (repeatable).",
 )
+@click.option(
+    "--dev-root",
+    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    help="A simulated driver's: the host's /dev as seen from here; the reset devices' nodes are made "
+    "again there (needs CAP_MKNOD). Without it only their faults are cleared.",
+)
 @_token_option
 @_ledger_option
 def reset_command(
@@ -267,6 +316,7 @@ def reset_command(
     recipe_file: Path | None,
     driver_root: Path | None,
     devices: tuple[str, ...],
+    dev_root: Path | None,
     token: str,
     ledger: Path,
 ) -> None:
@@ -285,7 +335,7 @@ def reset_command(
         click.echo(f"reset {', '.join(devices)}: already done for this token{_suffix(token)}")
         return
     if kind == "simulated":
-        outcomes = reset_simulated(root, devices)
+        outcomes = reset_simulated(root, devices, dev_root)
     else:
         outcomes = reset_nvml(root, devices, lambda argv: tools.run(argv, timeout=RESET_TIMEOUT_S))
     lines = [f"reset {o.device}: {'ok' if o.ok else 'FAILED'}: {o.detail}{_suffix(token)}" for o in outcomes]

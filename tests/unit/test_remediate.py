@@ -72,16 +72,16 @@ def test_reset_clears_only_the_named_devices(sim: Path) -> None:
     lines = out.splitlines()
     assert len(lines) == 2
     assert lines[0] == (
-        f"reset {u[0]}: ok: SIMULATED reset of {u[0]}: fault cleared (Xid 79) (token 2026-11-26T01:30:00Z)"
+        f"reset {u[0]}: ok: SIMULATED reset #1 of {u[0]}: fault cleared (Xid 79) (token 2026-11-26T01:30:00Z)"
     )
-    assert lines[1].startswith(f"reset 1: ok: SIMULATED reset of {u[1]}: fault cleared (Xid 79)")
+    assert lines[1].startswith(f"reset 1: ok: SIMULATED reset #1 of {u[1]}: fault cleared (Xid 79)")
     assert set(driverstate.read_faults(sim)) == {u[2]}  # the third keeps its fault
 
 
 def test_reset_of_a_healthy_device_is_ok_and_says_so(sim: Path) -> None:
     u = uuids(sim)
     code, out = run("reset", "--recipe", "simulated-gpu", "--driver-root", str(sim), "--device", u[0])
-    assert code == 0 and out.strip() == f"reset {u[0]}: ok: SIMULATED reset of {u[0]}: no active fault"
+    assert code == 0 and out.strip() == f"reset {u[0]}: ok: SIMULATED reset #1 of {u[0]}: no active fault"
 
 
 def test_reset_of_a_gpu_takes_its_mig_devices_and_a_mig_device_alone(sim: Path) -> None:

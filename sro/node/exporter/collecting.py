@@ -15,7 +15,10 @@ Sources, each on its own so one failing never hides the others:
   interval break every graph), then drops the pod labels;
 - `node`: a `get` of this Node (allocatable, stack state labels);
 - `config` (with `--config`): the health policy file, re-read when it changes; a malformed edit keeps
-  the last good policy.
+  the last good policy;
+- resets (part of `devices`, with `read_resets`): a simulated driver's reset counts, read from its
+  state file each collection (so they survive this process restarting); None from the reader, as
+  on real hardware, leaves `sro_device_resets_total` out.
 A source that fails, or answers only in part (a device that stops answering, a load file that cannot
 be read), sets `sro_exporter_source_up{source}` to 0, counts in `sro_exporter_collect_errors_total`,
 and logs why once per change (not every interval).
@@ -27,7 +30,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +54,7 @@ EVENT_RETRY = 5.0
 BackendOpener = Callable[[], tuple[Backend, Telemetry]]
 PodLister = Callable[[], Sequence[Assignment]]
 NodeReader = Callable[[], NodeFacts]
+ResetsReader = Callable[[], Mapping[DeviceUUID, int] | None]
 
 
 @dataclass(frozen=True)
@@ -90,8 +94,10 @@ class Collector:
         config_path: Path | None = None,
         clock: Callable[[], float] = time.monotonic,
         view: RecipeView | None = None,
+        read_resets: ResetsReader | None = None,
     ) -> None:
         self.open_devices = open_devices
+        self.read_resets = read_resets
         self.view = view or RecipeView()
         self.domain = domain
         self.hostname = hostname
@@ -272,6 +278,17 @@ class Collector:
         self._report(NODE, "; ".join(facts.problems) or None)
         return facts
 
+    def _resets(self) -> Mapping[DeviceUUID, int] | None:
+        """The reset counts, or None (no reader, no count here, or it could not be read: then the
+        devices source is down for this collection, rather than the counter dropping to 0)."""
+        if self.read_resets is None:
+            return None
+        try:
+            return self.read_resets()
+        except Exception as e:
+            self._report(DEVICES, f"reset counts: {type(e).__name__}: {e}")
+            return None
+
     # --- collection ----------------------------------------------------------------------
     def prime(self, seconds: float) -> None:
         """Open the devices and let the event stream report what is active now (a simulated device
@@ -296,6 +313,7 @@ class Collector:
                 readings = self._readings(inv, attribution)
             elif inv is not None:  # health only: the inventory is all the devices source gives
                 self._report(DEVICES, None)
+            resets = self._resets() if inv is not None else None
             node = self._read_node()
             now = time.monotonic()
             with self._health_lock:
@@ -315,6 +333,7 @@ class Collector:
                 errors={k: s.errors for k, s in self._sources.items()},
                 duration=self.clock() - start,
                 view=self.view,
+                resets=resets,
             )
             snap = Snapshot(
                 exposition.render(collected).encode(), collected, self.snapshot.number + 1, time.monotonic()

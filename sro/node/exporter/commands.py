@@ -16,19 +16,29 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 
 import click
 
-from sro.api.recipes import Recipe
+from sro.api.recipes import SIMULATED_DEVICE_LIST, Recipe
 from sro.console.options import load_recipe, recipe_options
-from sro.devices.model import Backend
+from sro.devices import driverstate
+from sro.devices.model import Backend, DeviceUUID
 from sro.devices.telemetry import Telemetry
 from sro.host import podresources
 from sro.host.podresources import Assignment
 from sro.node.exporter import nodefacts
-from sro.node.exporter.collecting import CONFIG, DEVICES, BackendOpener, Collector, NodeReader, PodLister
+from sro.node.exporter.collecting import (
+    CONFIG,
+    DEVICES,
+    BackendOpener,
+    Collector,
+    NodeReader,
+    PodLister,
+    ResetsReader,
+)
 from sro.node.exporter.recipeview import NoReadings, view_of
 from sro.node.exporter.serving import MetricsServer, parse_address
 
@@ -62,6 +72,21 @@ def backend_opener(recipe: Recipe, driver_root: Path | None, seed: str) -> Backe
         return backend, open_telemetry(backend, seed) if telemetry else NoReadings()
 
     return open_devices
+
+
+def resets_reader(recipe: Recipe, driver_root: Path | None) -> ResetsReader:
+    """The reset counts of sro's simulated driver (either personality: simulated-gpu, a simulated
+    device class, the simulated NVIDIA driver behind nvidia-gpu), found by its device list under the
+    driver root at each collection (it may be installed after the exporter starts). On real hardware
+    (nvml on a real driver, devnodes) no one counts resets, so None: the series is left out."""
+    root = driver_root or Path(recipe.driver_root)
+
+    def read() -> Mapping[DeviceUUID, int] | None:
+        if recipe.backend == "devnodes" or not (root / SIMULATED_DEVICE_LIST).is_file():
+            return None
+        return driverstate.read_resets(root)
+
+    return read
 
 
 def node_reader(node_name: str, domain: str, srs: tuple[str, ...]) -> NodeReader:
@@ -158,6 +183,7 @@ def exporter(
         read_node=node_reader(node_name, domain, srs) if node_name else None,
         config_path=config_path,
         view=view_of(recipe),
+        read_resets=resets_reader(recipe, driver_root),
     )
     if once:
         collector.prime(PRIME_SECONDS)

@@ -14,6 +14,9 @@ Labels, as dcgm-exporter writes them (its rendermetrics template): `gpu` (index)
 Per-pod series follow `attribution` (one per holding container). sro's own metrics carry `Hostname`.
 A custom recipe's device series also carry `resource` (`recipeview`); with `metrics: health` there
 are no `DCGM_*` readings, and `sro_device_healthy` carries the holders' pod labels instead.
+`sro_device_resets_total` (a simulated driver's resets, `driverstate.read_resets`) has the labels of
+`sro_device_healthy` without pods; there is no such count on real hardware (NVML keeps none), so the
+series is left out there rather than reported as 0.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ class Collected:
     errors: Mapping[str, int] = field(default_factory=dict)  # source -> failures since start
     duration: float = 0.0  # seconds the collection took
     view: RecipeView = field(default_factory=RecipeView)  # telemetry or health only, `resource` label
+    # GPU/MIG UUID -> resets so far; None where there is no count (real hardware): no series at all
+    resets: Mapping[DeviceUUID, int] | None = None
 
 
 SRO_METRICS: tuple[tuple[str, str, str], ...] = (
@@ -56,6 +61,11 @@ SRO_METRICS: tuple[tuple[str, str, str], ...] = (
         "sro_device_healthy",
         "gauge",
         "1 when the device plugin would announce the device Healthy (same rules).",
+    ),
+    (
+        "sro_device_resets_total",
+        "counter",
+        "Resets of the device by sro driver reset (a simulated driver's; kept across restarts and reboots).",
     ),
     (
         "sro_node_devices_allocated",
@@ -159,10 +169,13 @@ def _family(name: str, kind: str, help_text: str, samples: list[str], out: list[
 def render(c: Collected) -> str:
     samples: dict[str, list[str]] = {fld.name: [] for fld in f.FIELDS}
     healthy: list[str] = []
+    resets: list[str] = []
     if c.inventory is not None:
         silent = set(c.readings.silent)
         for e in _entities(c, c.inventory):
             ok = 1 if _healthy(c, e) else 0
+            if c.resets is not None:
+                resets.append(f"sro_device_resets_total{{{e.plain}}} {c.resets.get(e.uuid, 0)}\n")
             if not c.view.telemetry:  # health only: who holds the device rides on its health series
                 healthy.extend(f"sro_device_healthy{{{v}}} {ok}\n" for v in e.variants)
                 continue
@@ -186,6 +199,7 @@ def render(c: Collected) -> str:
         _family(name, *help_of[name], rows, out)
 
     family("sro_device_healthy", healthy)
+    family("sro_device_resets_total", resets)
     if c.pods is not None:
         resources = sorted(set(c.pods.allocated) | set(c.node.allocatable if c.node else {}))
         family(

@@ -104,15 +104,17 @@ def test_simulated_reset_pod() -> None:
         "reset",
         "--recipe=simulated-gpu",
         "--driver-root=/driver-root",
+        "--dev-root=/host/dev",  # the reset makes the devices' nodes again, as a real one does
         f"--device={GPU0}",
         f"--device={GPU1}",
         f"--token={TOKEN}",
         "--ledger=/var/lib/sro/remediation",
     ]
     sc = c["securityContext"]
-    assert "privileged" not in sc and sc["capabilities"] == {"drop": ["ALL"]}
+    # making device nodes takes CAP_MKNOD alone, as the simulated driver's own pod holds
+    assert "privileged" not in sc and sc["capabilities"] == {"drop": ["ALL"], "add": ["MKNOD"]}
     assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
-    assert _volumes(pod) == {"driver-root": "/var/lib/sro/driver/simulated-gpu"}
+    assert _volumes(pod) == {"driver-root": "/var/lib/sro/driver/simulated-gpu", "dev": "/dev"}
     assert _mounts(pod)["driver-root"]["readOnly"] is False  # it clears the fault state there
     assert pod_token(pod) == TOKEN and pod_devices(pod) == (GPU0, GPU1)
 
@@ -159,7 +161,7 @@ def test_simulated_nvidia_driver_needs_no_privilege() -> None:
     pod = action_pod(SIM_NVIDIA, "n1", "reset", [GPU0], TOKEN)
     c = _container(pod)
     assert "privileged" not in c["securityContext"]
-    assert _volumes(pod) == {"driver-root": "/run/nvidia/driver"}
+    assert _volumes(pod) == {"driver-root": "/run/nvidia/driver", "dev": "/dev"}
     assert pod["metadata"]["labels"]["sro.dev/simulated"] == "true"
     reboot = action_pod(SIM_NVIDIA, "n1", "reboot", (), TOKEN)
     assert _volumes(reboot) == {"driver-root": "/run/nvidia/driver"}  # a simulated reboot: no sentinel

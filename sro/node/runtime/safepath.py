@@ -152,6 +152,19 @@ class Root:
         raise PathError(errno.EAGAIN, "kept racing with renames", "/" + path)
 
     def _resolve_walk(self, parts: list[str]) -> int:
+        beneath = self.policy == "beneath"
+        fd = self._walk(parts, "/" + "/".join(parts), dotdot_escapes=beneath, absolute_escapes=beneath)
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(errno.ENOTDIR, "not a directory", parts[-1])
+        return fd
+
+    def _walk(self, parts: list[str], shown: str, *, dotdot_escapes: bool, absolute_escapes: bool) -> int:
+        """An O_PATH fd of what `parts` names, one component at a time with O_NOFOLLOW: a link's text
+        is read and spliced in, so the kernel never follows a link (magic ones included) and nothing
+        outside the root is reached. A `..` above the root is refused (`dotdot_escapes`) or stays at the
+        root; an absolute link is refused (`absolute_escapes`) or starts again from the root, as the
+        container will see it. Every component but the last must be a directory."""
         stack = [os.dup(self.fd)]
         todo = parts[::-1]  # a stack: the next component is at the end
         links = 0
@@ -163,8 +176,8 @@ class Root:
                 if comp == "..":
                     if len(stack) > 1:
                         os.close(stack.pop())
-                    elif self.policy == "beneath":
-                        raise EscapeError(errno.EXDEV, "'..' climbs above the rootfs", "/" + "/".join(parts))
+                    elif dotdot_escapes:
+                        raise EscapeError(errno.EXDEV, "'..' climbs above the rootfs", shown)
                     continue
                 fd = os.open(comp, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=stack[-1])
                 st = os.fstat(fd)
@@ -172,10 +185,10 @@ class Root:
                     os.close(fd)
                     links += 1
                     if links > _MAX_LINKS:
-                        raise EscapeError(errno.ELOOP, "too many symlinks", "/" + "/".join(parts))
+                        raise EscapeError(errno.ELOOP, "too many symlinks", shown)
                     target = os.readlink(comp, dir_fd=stack[-1])
                     if target.startswith("/"):
-                        if self.policy == "beneath":
+                        if absolute_escapes:
                             raise EscapeError(
                                 errno.EXDEV, f"absolute symlink -> {target} leaves the rootfs", "/" + comp
                             )
@@ -183,59 +196,34 @@ class Root:
                             os.close(stack.pop())
                     todo.extend(reversed(target.split("/")))
                     continue
+                if not todo:
+                    return fd  # the last component, whatever it is
                 if not stat.S_ISDIR(st.st_mode):
                     os.close(fd)
                     raise OSError(errno.ENOTDIR, "not a directory", comp)
                 stack.append(fd)
-            result = stack.pop()
-            return result
+            return stack.pop()
         finally:
             for fd in stack:
                 os.close(fd)
 
     def stat_inside(self, path: str) -> os.stat_result:
-        """stat of what `path` names, every symlink (the last one too) followed inside the root only.
-
-        One component at a time with O_PATH|O_NOFOLLOW, whatever the resolver: a link's text is read
-        and spliced in, an absolute one starting again from the rootfs' root (as the container will
-        see it), a `..` above the root refused (EscapeError) and so never anything outside; magic
-        links are never followed by the kernel. For comparing an image's link with a host file only.
-        """
-        stack = [os.dup(self.fd)]
-        todo = split(path)[::-1]
-        links = 0
+        """stat of what `path` names, every symlink (the last one too) followed inside the root only:
+        an absolute link starts again from the rootfs' root (as the container will see it), a `..`
+        above the root is refused (EscapeError) and so never anything outside. For comparing an
+        image's link with a host file only."""
         try:
-            while todo:
-                comp = todo.pop()
-                if comp == "..":
-                    if len(stack) == 1:
-                        raise EscapeError(errno.EXDEV, "'..' climbs above the rootfs", path)
-                    os.close(stack.pop())
-                    continue
-                fd = os.open(comp, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=stack[-1])
-                st = os.fstat(fd)
-                if stat.S_ISLNK(st.st_mode):
-                    os.close(fd)
-                    links += 1
-                    if links > _MAX_LINKS:
-                        raise EscapeError(errno.ELOOP, "too many symlinks", path)
-                    target = os.readlink(comp, dir_fd=stack[-1])
-                    if target.startswith("/"):
-                        while len(stack) > 1:
-                            os.close(stack.pop())
-                    todo.extend(split(target)[::-1])
-                    continue
-                if not todo:
-                    os.close(fd)
-                    return st
-                if not stat.S_ISDIR(st.st_mode):
-                    os.close(fd)
-                    raise PathError(errno.ENOTDIR, "a component is not a directory", path)
-                stack.append(fd)
-            return os.fstat(stack[-1])
+            fd = self._walk(split(path), path, dotdot_escapes=True, absolute_escapes=False)
+        except EscapeError:
+            raise
+        except OSError as e:
+            if e.errno == errno.ENOTDIR:
+                raise PathError(e.errno, "a component is not a directory", path) from None
+            raise
+        try:
+            return os.fstat(fd)
         finally:
-            for fd in stack:
-                os.close(fd)
+            os.close(fd)
 
     # -- leaf operations (the last component is never followed) ----------------------------------
 

@@ -29,7 +29,7 @@ unit:
 # for minutes, longer than any per-test timeout); a cluster this target started, it stops again.
 e2e:
 	@if $(SRO) local status >/dev/null 2>&1; then started=; else started=1; $(SRO) local up || exit 1; fi; \
-	$(PY) -m pytest -m e2e -q; rc=$$?; \
+	$(PY) -m pytest -m e2e -q --durations=25; rc=$$?; \
 	if [ -n "$$started" ]; then $(SRO) local down; fi; \
 	exit $$rc
 

@@ -1,41 +1,121 @@
-"""Runs the benchmark modules (benchmarks/bench_*.py) and prints one table of figures vs baselines."""
+"""Runs the benchmark modules (benchmarks/bench_*.py): one table of figures vs baselines, and JSON.
+
+`python -m benchmarks [NAME ...] [--json PATH]` runs the modules whose name contains a NAME (all
+without one), prints one table — value, baseline, median ratio, spread of the per-pair ratios,
+target, met — and writes the same with the machine's facts to benchmarks/results/latest.json, so
+that `python -m benchmarks compare A.json B.json` can tell two runs apart. Unmet goals do not fail
+the run (it is a report, with a summary line); a benchmark module that crashes does, after the rest
+have run and the report is written.
+"""
 
 from __future__ import annotations
 
+import argparse
+import datetime
 import importlib
+import json
+import os
 import pkgutil
+import platform
+import subprocess
 import sys
+import traceback
+from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 import benchmarks
-from benchmarks.harness import Figure
+from benchmarks import compare, reporting
+from benchmarks.harness import PAIRS, Figure
+
+ROOT = Path(__file__).resolve().parent.parent
+LATEST = Path(__file__).resolve().parent / "results" / "latest.json"
 
 
-def main(names: list[str]) -> int:
-    modules = sorted(m.name for m in pkgutil.iter_modules(benchmarks.__path__) if m.name.startswith("bench_"))
-    if names:
-        modules = [m for m in modules if any(n in m for n in names)]
-    table = Table(title="sro benchmarks (ratio = value / baseline measured in the same run)")
-    for col in ("benchmark", "value", "baseline", "ratio", "target"):
-        table.add_column(col, justify="left" if col in ("benchmark", "baseline", "target") else "right")
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=200)  # logs and CI: one figure per line, no wrapping
+def _git(*args: str) -> str:
+    try:
+        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout.strip()
+
+
+def _facts(
+    modules: list[str], load_start: tuple[float, float, float], started: datetime.datetime
+) -> dict[str, Any]:
+    return {
+        "date": started.isoformat(timespec="seconds"),
+        "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "cores": os.cpu_count(),
+        "load_average_start": list(load_start),
+        "load_average_end": list(os.getloadavg()),
+        "git_commit": _git("rev-parse", "HEAD"),
+        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "python": platform.python_version(),
+        "pairs": PAIRS,
+        "benchmarks": modules,
+    }
+
+
+def _table(figures: list[Figure]) -> Table:
+    table = Table(
+        title="sro benchmarks (ratio = median of per-pair ratios value/baseline, measured in the same run)"
+    )
+    for col in reporting.COLUMNS:
+        table.add_column(
+            col, justify="left" if col in ("benchmark", "baseline", "target", "met") else "right"
+        )
+    for f in figures:
+        table.add_row(*reporting.row(f))
+    return table
+
+
+def run(names: list[str], json_path: Path) -> int:
+    all_modules = sorted(
+        m.name for m in pkgutil.iter_modules(benchmarks.__path__) if m.name.startswith("bench_")
+    )
+    modules = [m for m in all_modules if not names or any(n in m for n in names)]
+    if not modules:
+        known = ", ".join(m.removeprefix("bench_") for m in all_modules)
+        print(f"benchmarks: no benchmark matches {' '.join(names)} (known: {known})")
+        return 2
+    console = Console() if Console().is_terminal else Console(width=200)  # logs and CI: no wrapping
+    started = datetime.datetime.now(datetime.UTC)
+    load_start = os.getloadavg()
+    figures: list[Figure] = []
+    errors: dict[str, str] = {}
     for name in modules:
         console.print(f"[bold]running {name}[/bold]")
-        figures: list[Figure] = importlib.import_module(f"benchmarks.{name}").run()
-        for f in figures:
-            table.add_row(
-                f.name,
-                f"{f.value:.3f} {f.unit}",
-                f"{f.baseline:.3f} {f.unit} ({f.baseline_name})",
-                f"{f.ratio:.2f}x",
-                f.target,
-            )
-    console.print(table)
-    return 0
+        try:
+            figures += importlib.import_module(f"benchmarks.{name}").run()
+        except Exception as e:  # one broken benchmark must not lose the others' figures
+            traceback.print_exc()
+            errors[name] = f"{type(e).__name__}: {e}"
+    console.print(_table(figures))
+    for line in reporting.explanations(figures):
+        console.print(f"  explained — {line}", highlight=False)
+    for name, err in errors.items():
+        console.print(f"  FAILED {name}: {err}", highlight=False)
+    console.print(reporting.summary(figures), highlight=False)
+    doc = reporting.document(figures, _facts(modules, load_start, started), errors)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(doc, indent=2) + "\n")
+    console.print(f"written to {json_path}", highlight=False)
+    return 1 if errors else 0
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["compare"]:
+        return compare.main(argv[1:])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
+    parser.add_argument("names", nargs="*", help="run only the benchmarks whose name contains one of these")
+    parser.add_argument(
+        "--json", type=Path, default=LATEST, help=f"where to write the JSON report ({LATEST})"
+    )
+    args = parser.parse_args(argv)
+    return run(args.names, args.json)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ NFD_PREFIX: Final = "feature.node.kubernetes.io/"
 
 NAMESPACE: Final = "sro-system"
 FIELD_MANAGER: Final = "sro"
+OPERATOR_LEASE: Final = "sro-operator"  # the Lease the operator replicas elect their leader on
 IMAGE_REPOSITORY: Final = "localhost/sro"
 IMAGE: Final = f"{IMAGE_REPOSITORY}:{__version__}"
 
@@ -71,6 +72,11 @@ STATE_NAMES: Final = (
 )
 
 READY: Final = "ready"
+# A state a new driver invalidated, walked again while its pods (and the later states') keep running.
+REVALIDATING: Final = "revalidating"
+# The gate of a state's DaemonSet: the previous state's label at either value. "|" is not a label
+# value character, so it can only mean "one of" (`sro.operator.rendering.node_affinity`).
+GATE_VALUES: Final = f"{READY}|{REVALIDATING}"
 LABEL_NAME_MAX: Final = 63  # the part of a label key after the prefix
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from sro.api.names import RUNTIME_LAUNCHER
+from sro.api.names import OPERATOR_LEASE, RUNTIME_LAUNCHER
 from sro.local.layout import (
     CLUSTER_DOMAIN,
     PAUSE_IMAGE,
@@ -36,6 +36,43 @@ ADMISSION_PLUGINS = (
     "Priority",
     "NodeRestriction",
 )
+
+
+# The API server's audit policy: who wrote what, and nothing of reads or watches, so that the log stays
+# small enough to read continuously (the fault campaign's observer follows it: one leader acts at a time,
+# an eviction is accepted once). Rules apply first match first.
+# - the operator's Lease (`sro-operator`) at Request level: its writes carry holderIdentity (a renewal, a
+#   take-over, a release to none), which Metadata does not show;
+# - the nodes' heartbeats (their Leases in kube-node-lease, every 10 s per node, hundreds with hollow
+#   nodes) and Events: left out, they would be most of the log and say nothing about who acted;
+# - every other write on every resource and subresource (pods/eviction creates, nodes/status patches)
+#   at Metadata level: verb, user, user agent, object, response code.
+AUDIT_WRITES = ("create", "update", "patch", "delete", "deletecollection")
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],  # one line per request, written when its response is complete
+    "rules": [
+        {
+            "level": "Request",
+            "verbs": list(AUDIT_WRITES),
+            "resources": [
+                {"group": "coordination.k8s.io", "resources": ["leases"], "resourceNames": [OPERATOR_LEASE]}
+            ],
+        },
+        {
+            "level": "None",
+            "userGroups": ["system:nodes"],
+            "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}],
+        },
+        {"level": "None", "resources": [{"group": "", "resources": ["events"]}]},
+        {"level": "None", "resources": [{"group": "events.k8s.io", "resources": ["events"]}]},
+        {"level": "Metadata", "verbs": list(AUDIT_WRITES)},
+        {"level": "None"},
+    ],
+}
+AUDIT_LOG_MAX_MB = 50
+AUDIT_LOG_BACKUPS = 2
 
 
 @dataclass(frozen=True)
@@ -287,9 +324,15 @@ def components(
             "--authorization-mode=Node,RBAC",
             f"--enable-admission-plugins={','.join(ADMISSION_PLUGINS)}",
             "--allow-privileged=true",
+            f"--audit-policy-file={layout.audit_policy}",
+            f"--audit-log-path={layout.audit_log}",
+            "--audit-log-format=json",
+            f"--audit-log-maxsize={AUDIT_LOG_MAX_MB}",
+            f"--audit-log-maxbackup={AUDIT_LOG_BACKUPS}",
             "--v=1",
         ),
         Health(url=f"https://127.0.0.1:{p.apiserver}/readyz", tls=True),
+        files={layout.audit_policy: yaml.safe_dump(AUDIT_POLICY, sort_keys=False)},
         ports=(p.apiserver,),
     )
     controller_manager = Component(

@@ -86,6 +86,16 @@ class Layout:
         return self.state / "logs"
 
     @property
+    def audit_log(self) -> Path:
+        """The API server's audit log of writes (JSON lines; the policy is `components.AUDIT_POLICY`),
+        rotated by the API server itself to `kube-apiserver-audit-<time>.log` beside it."""
+        return self.logs / "kube-apiserver-audit.log"
+
+    @property
+    def audit_policy(self) -> Path:
+        return self.config / "audit-policy.yaml"
+
+    @property
     def run(self) -> Path:
         return self.state / "run"  # pid files
 

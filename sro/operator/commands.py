@@ -27,7 +27,14 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from sro.api.names import IMAGE, NAMESPACE, STATE_NAMES, upgrade_annotation, upgrade_state_label
+from sro.api.names import (
+    IMAGE,
+    NAMESPACE,
+    OPERATOR_LEASE,
+    STATE_NAMES,
+    upgrade_annotation,
+    upgrade_state_label,
+)
 from sro.operator.observed import NodeInfo, SpecialResourceInfo
 from sro.operator.status_table import SHORT, node_rows, quota_rows, summary_rows, upgrade_rows
 from sro.operator.upgrade.record import FAILED, UPGRADE_REQUIRED, Record
@@ -36,7 +43,7 @@ if TYPE_CHECKING:
     from sro.kube.objects import Objects
 
 log = logging.getLogger("sro.operator")
-LEASE_NAME = "sro-operator"
+LEASE_NAME = OPERATOR_LEASE
 KUBECONFIG = click.option(
     "--kubeconfig", default=None, help="Default: $KUBECONFIG, in-cluster, ~/.kube/config."
 )

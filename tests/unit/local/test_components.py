@@ -86,3 +86,27 @@ def test_cni_conflist_uses_own_bridge_and_pod_cidr() -> None:
     bridge = doc["plugins"][0]
     assert bridge["type"] == "bridge" and bridge["bridge"] == "sro0"
     assert bridge["ipam"]["ranges"][0][0]["subnet"] == "10.244.0.0/24"
+
+
+def test_apiserver_audits_writes_to_the_layouts_log_with_rotation(tmp_path: Path) -> None:
+    from sro.api.names import OPERATOR_LEASE
+    from sro.local.components import Component
+
+    layout = Layout(state=tmp_path / "state")
+    api = _by_name(tmp_path)["kube-apiserver"]
+    assert isinstance(api, Component)
+    assert _flag(api.argv, "audit-log-path") == str(layout.audit_log)
+    assert layout.audit_log.parent == layout.logs
+    assert _flag(api.argv, "audit-log-format") == "json"
+    assert int(_flag(api.argv, "audit-log-maxsize")) == 50
+    assert int(_flag(api.argv, "audit-log-maxbackup")) == 2
+    policy = yaml.safe_load(api.files[Path(_flag(api.argv, "audit-policy-file"))])
+    assert policy["apiVersion"] == "audit.k8s.io/v1" and policy["omitStages"] == ["RequestReceived"]
+    rules = policy["rules"]
+    # the operator's Lease with its request (holderIdentity), before anything else matches it
+    assert rules[0]["level"] == "Request" and rules[0]["resources"][0]["resourceNames"] == [OPERATOR_LEASE]
+    writes = next(r for r in rules if r["level"] == "Metadata")
+    assert sorted(writes["verbs"]) == ["create", "delete", "deletecollection", "patch", "update"]
+    assert "resources" not in writes, "every resource and subresource (pods/eviction) is audited"
+    assert rules[-1] == {"level": "None"}, "reads and watches are not logged"
+    assert all(r["level"] == "None" for r in rules[1:] if r is not writes), "only writes are logged"

@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 SRO := .venv/bin/sro
 
-.PHONY: setup demo test lint types unit e2e bench clean-local
+.PHONY: setup demo test lint types unit e2e bench chaos clean-local
 
 setup:
 	./scripts/setup-host
@@ -35,6 +35,10 @@ e2e:
 
 bench: setup
 	$(PY) -m benchmarks
+
+# the seeded fault campaign on the local cluster (issue 25); e.g. make chaos CHAOS_FLAGS="--seed 7 --minutes 10"
+chaos: setup
+	$(PY) -m benchmarks chaos $(CHAOS_FLAGS)
 
 clean-local:
 	$(SRO) local down --purge

@@ -109,6 +109,10 @@ def run(names: list[str], json_path: Path) -> int:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["compare"]:
         return compare.main(argv[1:])
+    if argv[:1] == ["chaos"]:  # the fault campaign: its own flags, never part of a plain run
+        from benchmarks.chaos.__main__ import main as chaos
+
+        return chaos(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
     parser.add_argument("names", nargs="*", help="run only the benchmarks whose name contains one of these")
     parser.add_argument(

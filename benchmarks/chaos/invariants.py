@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from sro.api.names import PREFIX, upgrade_annotation, validated_label
 from sro.operator.remediation.record import ACTIVE as REMEDIATION_ACTIVE
+from sro.operator.remediation.record import DONE as REMEDIATION_DONE
 from sro.operator.remediation.record import HELD as REMEDIATION_HELD
 from sro.operator.remediation.record import Record as RemediationRecord
 from sro.operator.remediation.record import remediation_annotation
@@ -129,6 +130,20 @@ def cordon_facts(node: str, unschedulable: bool, annotations: Mapping[str, str],
     # uncordons, so `done` with it still set is a cordon sro has yet to lift
     ours = (up is not None and up.cordoned and up.state != UPGRADE_DONE) or (rem is not None and rem.cordoned)
     return CordonFacts(node, unschedulable, ours, in_step)
+
+
+def step_key(annotations: Mapping[str, str], sr: str) -> str:
+    """The sro step on a node as its records name it, the same all through one step: an upgrade by
+    its revisions, a remediation by when it began; "" when neither is under way. Two evictions of
+    one pod under one key are one step's eviction asked twice."""
+    up = UpgradeRecord.from_json(annotations.get(upgrade_annotation(sr), ""), "a node")
+    rem = RemediationRecord.from_json(annotations.get(remediation_annotation(sr), ""), "a node")
+    parts = []
+    if up is not None and up.state != UPGRADE_DONE:
+        parts.append(f"upgrade {up.from_rev}->{up.to_rev}")
+    if rem is not None and rem.state != REMEDIATION_DONE:
+        parts.append(f"remediation {rem.started}")
+    return "; ".join(parts)
 
 
 # node -> (when the stale cordon was first seen, whether it was reported)

@@ -24,6 +24,7 @@ from benchmarks.chaos.invariants import (
     operator_restarts,
     pdb_broken,
     stale_cordons,
+    step_key,
     tracebacks,
 )
 
@@ -242,3 +243,23 @@ def test_labels_annotations_taints_and_the_condition_sr_left_are_leftovers() -> 
 
 def test_every_kind_is_named_once() -> None:
     assert len(set(KINDS)) == len(KINDS) == 9
+
+
+def test_the_step_key_names_an_upgrade_or_remediation_under_way_and_nothing_else() -> None:
+    key_r, key_u = f"sro.dev/{SR}.remediation", f"sro.dev/{SR}.upgrade"
+    started = json.dumps({"state": "evicting", "cordoned": True, "started": "2026-01-01T00:00:00Z"})
+    assert step_key({key_r: started}, SR) == "remediation 2026-01-01T00:00:00Z"
+    assert step_key({key_u: upg("pods-evicted", True)}, SR) == "upgrade a->b"
+    assert step_key({key_r: rem("done", False), key_u: upg("done", True)}, SR) == ""
+    assert step_key({}, SR) == ""
+
+
+def test_a_process_sees_the_device_nodes_under_its_dev_by_major_and_minor() -> None:
+    import os
+
+    from benchmarks.chaos.hostlooks import devices_seen
+
+    null = os.stat("/dev/null").st_rdev
+    assert devices_seen(os.getpid(), {null: "/dev/sro-simgpu9"}) == {"/dev/sro-simgpu9"}
+    assert devices_seen(os.getpid(), {}) == set()
+    assert devices_seen(2**22 + 7, {null: "x"}) is None  # no such process

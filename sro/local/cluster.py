@@ -48,8 +48,9 @@ PREREQUISITES = {
 
 
 STALE_DISCOVERY = "the server doesn't have a resource type"  # kubectl, with a stale discovery cache
-# Restarted in place by `up` when their flags changed (the API rate limits): neither holds state.
-RESTARTABLE = ("kube-controller-manager", "kube-scheduler")
+# Restarted in place by `up` when their flags changed (the API rate limits, the API server's audit
+# log): none holds state (etcd does), and clients reconnect.
+RESTARTABLE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 
 class ClusterError(RuntimeError):
@@ -142,6 +143,10 @@ class LocalCluster:
         where `up --prometheus` asked for them (`everything`: asked or not, for `down`)."""
         extra = prometheus.components(self.layout) if everything or prometheus.wanted(self.layout) else ()
         return self._cluster_components(bindir) + extra
+
+    def components(self) -> tuple[Component, ...]:
+        """The cluster's daemons as `up` starts them now (`sro local restart` starts one of them)."""
+        return self._cluster_components(self.layout.bin)
 
     def _cluster_components(self, bindir: Path) -> tuple[Component, ...]:
         runtime = containerdversion.installed()  # its config asks for CDI where it reads it (>= 1.7)
@@ -328,7 +333,10 @@ class LocalCluster:
             changed = self._flags_changed()
             reconfigured = self._containerd_reconfigured()
             for comp in self._components(self.layout.bin):
-                if comp.name in changed:
+                if comp.name in changed and comp.name == "kube-apiserver":
+                    progress(f"{comp.name}: restarting with its new flags")
+                    supervisor.stop(self.layout, comp.name)
+                elif comp.name in changed:
                     flags = " ".join(self.api_limits().flags()) or "the default API rate limits"
                     progress(f"{comp.name}: restarting with {flags}")
                     supervisor.stop(self.layout, comp.name)

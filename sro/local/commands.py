@@ -14,6 +14,7 @@ from rich.table import Table
 from sro.console import progress
 from sro.console.progress import Progress
 from sro.local import prometheus as local_prometheus
+from sro.local import restarts, supervisor
 from sro.local.cluster import ClusterError, LocalCluster
 from sro.local.hollowconfig import DEFAULT_CONFIG, HollowConfigError, parse_config
 from sro.local.images import ImageError
@@ -204,6 +205,50 @@ def status() -> None:
     ready = up and cluster.node_ready()
     click.echo(f"node {cluster.node_name}: {'Ready' if ready else 'not ready'}")
     sys.exit(0 if ready else 3)
+
+
+@local.command()
+@click.argument("component")
+@click.option(
+    "--wait/--no-wait",
+    default=True,
+    show_default=True,
+    help="Wait until its health check passes again (the same check `sro local status` makes).",
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=restarts.GRACE,
+    show_default=True,
+    help="Seconds between SIGTERM and SIGKILL.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=restarts.HEALTH_TIMEOUT,
+    show_default=True,
+    help="Seconds to wait for it to be healthy (exit 1 after that, with its log's end).",
+)
+def restart(component: str, wait: bool, grace: float, timeout: float) -> None:
+    """Stop one daemon of the running cluster by pid and start it again with the flags `up` gives it.
+
+    COMPONENT: etcd, containerd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet or
+    kube-proxy (as `sro local status` names them). Running containers are kept (kubelet, containerd);
+    clients reconnect (kube-apiserver, etcd). One line per step, with its time; exit 2 when the
+    component is unknown or not running, 1 when it does not come back healthy.
+    """
+    cluster = LocalCluster.default()
+    try:
+        comp = restarts.find(cluster.components(), component)
+        restarts.check(component, supervisor.running(cluster.layout, component) is not None)
+    except restarts.RestartRefused as e:
+        click.echo(f"error: {e}", err=True)  # one line, however narrow the terminal
+        sys.exit(2)
+    with steps(f"Restarting {component}") as progress:
+        try:
+            restarts.restart(cluster.layout, comp, progress, wait=wait, grace=grace, health_timeout=timeout)
+        except TimeoutError as e:
+            raise ClusterError(str(e)) from e
 
 
 @local.command()

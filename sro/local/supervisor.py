@@ -94,24 +94,40 @@ def start(layout: Layout, comp: Component) -> Running:
     return Running(pid, started)
 
 
-def stop(layout: Layout, name: str, timeout: float = 15.0) -> bool:
-    """SIGTERM, then SIGKILL after `timeout`; returns whether a process was stopped."""
+@dataclass(frozen=True)
+class Stopped:
+    """How a daemon went: its pid, whether the grace ran out (SIGKILL), how long it took."""
+
+    pid: int
+    killed: bool
+    seconds: float
+
+
+def terminate(layout: Layout, name: str, timeout: float = 15.0) -> Stopped | None:
+    """SIGTERM, then SIGKILL after `timeout`; None when it was not running. The pid file goes either way."""
     proc = running(layout, name)
-    stopped = False
+    result = None
     if proc is not None:
+        t0 = time.monotonic()
         with contextlib.suppress(ProcessLookupError):
             os.kill(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
+        deadline = t0 + timeout
         while _start_time(proc.pid) == proc.started and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if _start_time(proc.pid) == proc.started:
+            time.sleep(0.05)
+        killed = _start_time(proc.pid) == proc.started
+        if killed:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGKILL)
             while _start_time(proc.pid) == proc.started:
                 time.sleep(0.05)
-        stopped = True
+        result = Stopped(proc.pid, killed, time.monotonic() - t0)
     layout.pidfile(name).unlink(missing_ok=True)
-    return stopped
+    return result
+
+
+def stop(layout: Layout, name: str, timeout: float = 15.0) -> bool:
+    """SIGTERM, then SIGKILL after `timeout`; returns whether a process was stopped."""
+    return terminate(layout, name, timeout) is not None
 
 
 def stop_many(layout: Layout, names: list[str], timeout: float = 15.0) -> list[str]:

@@ -103,6 +103,8 @@ BASE: dict[tuple[str, ...], tuple[str, ...]] = {
     ("runtime", "uninstall"): ("--root", "{case}/runtime"),
     ("bundle", "generate"): ("--version", "0.1.0", "-o", "{case}/bundle"),
     ("local", "prometheus-targets"): ("--kubeconfig", "{t}/unreachable.kubeconfig", "--port", "18998"),
+    # never a real daemon: the tests run as root on a machine whose cluster may be up
+    ("local", "restart"): ("no-such-daemon",),
 }
 # fmt: on
 
@@ -385,6 +387,9 @@ def _curated() -> list[Case]:
              lenient="the checks passed: the pod succeeds; the termination log's failure is said on stderr"),
         Case("nobody: report -o", (*base("report"), "-o", "{t}/ro/r.png"), ("{t}/ro/r.png",), nobody=True),
         Case("nobody: local status", ("local", "status"), ("needs root",), nobody=True),
+        Case("local restart: unknown component", base("local", "restart"), ("no-such-daemon", "one of etcd"), code=2),
+        Case("local restart: no component", ("local", "restart"), ("COMPONENT",), code=2),
+        Case("nobody: local restart", ("local", "restart", "kubelet"), ("needs root",), nobody=True),
     ]  # fmt: skip
 
 

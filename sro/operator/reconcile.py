@@ -17,7 +17,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from sro.api.names import READY, state_label
+from sro.api.names import GATE_VALUES, state_label
 from sro.api.timestamps import now_utc
 from sro.operator import partitioning, recipedistribution
 from sro.operator.admission import (
@@ -210,7 +210,7 @@ def _render(
             for obj in rendered:
                 _exclude(obj, refused)
         objects.extend(rendered)
-        gate = [{state_label(ctx.sr, state.name): READY}]
+        gate = [{state_label(ctx.sr, state.name): GATE_VALUES}]
     # Render one validation pod per validation state now, so a bad template is refused up front.
     for state in chain:
         if isinstance(state, ValidationState):

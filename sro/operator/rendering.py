@@ -201,13 +201,13 @@ def _restore(obj: Any, tokens: Mapping[str, str]) -> Any:
 
 
 def node_affinity(terms: Sequence[Term]) -> dict[str, Any]:
-    """Required node affinity: any one term, each term all of its labels."""
+    """Required node affinity: any one term, each term all of its labels (a value "a|b": either)."""
     out = []
     for term in terms:
         exprs = []
         for key, value in sorted(term.items()):
             if value:
-                exprs.append({"key": key, "operator": "In", "values": [value]})
+                exprs.append({"key": key, "operator": "In", "values": value.split("|")})
             else:
                 exprs.append({"key": key, "operator": "Exists"})
         out.append({"matchExpressions": exprs})

@@ -4,6 +4,8 @@ Why per node: each ready state keeps (or gets) its label `sro.dev/<sr>.<state>=r
 state that is not ready stops the walk, and its label and every later one are removed, which makes
 the later states' DaemonSets leave that node (their pods select the previous state's label). A
 validation state that is next in line gets its pod. A node that is not Ready is held as it is.
+A node whose driver was just replaced walks again only what the new driver invalidated
+(`sro.operator.upgrade.rewalk`): those states show `revalidating`, the others stay as they are.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sro.api.names import READY, reached_annotation, state_label, validated_label
+from sro.api.names import READY, REVALIDATING, reached_annotation, state_label, validated_label
 from sro.api.timestamps import stamp
 from sro.operator.observed import NodeInfo, PodInfo
 from sro.operator.plan import NodePatch
@@ -22,6 +24,7 @@ from sro.operator.rendering import Context
 from sro.operator.states import State, ValidationState
 from sro.operator.status import NodeRow
 from sro.operator.taints import taint_changes
+from sro.operator.upgrade.rewalk import rewalk_of
 
 NODE_NOT_READY = "NodeNotReady"
 
@@ -34,11 +37,31 @@ def walk(
     if not node.ready:
         return held(ctx, chain, node, now), None, [], []
     ready: list[str] = []
+    revalidating: list[str] = []  # invalidated by a new driver, walked again (`upgrade.rewalk`)
     notes: list[str] = []  # what the ready states say beyond "ready" (a validation's skipped checks)
     failing = None
     creates: list[dict[str, Any]] = []
     deletes: list[str] = []
+    again = rewalk_of(ctx, node)
+    old_pods = pods
+    if again is not None:  # the old driver's operand pods count no more; restarted below
+        pods = [p for p in pods if p.uid not in again.stale]
+    names = [s.name for s in chain]
     for state in chain:
+        # a state the new driver invalidated, on a node where it was walked before: it waits for
+        # the states it comes after, and its label says so; the others are judged as always
+        rewalked = (
+            again is not None
+            and state.name in again.states
+            and node.labels.get(state_label(sr, state.name)) in (READY, REVALIDATING)
+        )
+        if rewalked and again is not None and again.waits(state.name, set(ready), names):
+            revalidating.append(state.name)
+            continue
+        if rewalked and again is not None:
+            deletes.extend(
+                p.name for p in old_pods if p.uid in again.stale and p.state == state.name and not p.deleting
+            )
         if isinstance(state, ValidationState) and state.needs_new_pod(ctx, node.name, pods, now):
             current = state.current(ctx, node.name, pods)
             if current is not None:
@@ -47,6 +70,10 @@ def walk(
                 creates.append(state.pod(ctx, node.name, state.inputs(ctx, node.name, pods), node.capacity))
         verdict = state.readiness(ctx, node, pods, now)
         if not verdict.ready:
+            if rewalked and not verdict.failed:  # on its way back: the later states keep running
+                failing = failing or (state.name, verdict)
+                revalidating.append(state.name)
+                continue
             failing = (state.name, verdict)
             break
         ready.append(state.name)
@@ -55,6 +82,7 @@ def walk(
 
     validated = failing is None
     want: dict[str, str | None] = {state_label(sr, s): READY for s in ready}
+    want.update({state_label(sr, s): REVALIDATING for s in revalidating})
     if validated:
         want[validated_label(sr)] = "true"
     labels: dict[str, str | None] = {k: v for k, v in want.items() if node.labels.get(k) != v}

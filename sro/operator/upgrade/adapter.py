@@ -22,6 +22,7 @@ from sro.operator.status import NodeRow
 from sro.operator.upgrade.machine import Machine, NodeFacts, NodeUpgrade, UpgradePlan
 from sro.operator.upgrade.record import DONE, Record
 from sro.operator.upgrade.revision import driver_ready, driver_revision
+from sro.operator.upgrade.rewalk import stale_pods
 from sro.operator.upgrade.scan import scan_pod_name
 
 
@@ -54,6 +55,7 @@ def upgrades(
                 workloads=tuple(pods_by_node.get(node.name, ())) if node.name in read else None,
                 scan=by_name.get(scan_name),
                 own=frozenset(p.uid for p in by_node.get(node.name, ()) if p.uid),
+                stale=stale_pods(ctx, node.name, by_node.get(node.name, ())),
             )
         )
     return Machine(ctx, driver_revision(ctx), now, stamp(now)).run(facts)

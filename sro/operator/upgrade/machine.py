@@ -95,6 +95,7 @@ class NodeFacts:
     workloads: tuple[WorkloadPod, ...] | None = None  # None: not read this pass
     scan: PodInfo | None = None
     own: frozenset[str] = frozenset()  # uids of the SpecialResource's own pods on the node
+    stale: tuple[str, ...] = ()  # uids of the operand pods the new driver invalidates (`rewalk`)
 
 
 class Machine:
@@ -400,7 +401,7 @@ class Machine:
         if free:
             deletes.append(scan.name)
             labels[self.rev_key] = rec.to_rev
-            return rec.enter(DRIVER_REPLACED, self.stamp, words)
+            return replace(rec, stale=f.stale).enter(DRIVER_REPLACED, self.stamp, words)
         if scan.finished_at is None or self.now - scan.finished_at >= SCAN_RETRY:
             deletes.append(scan.name)  # look again
         return replace(rec, reason=words + "; the upgrade goes on once it exits")

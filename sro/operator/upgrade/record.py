@@ -2,7 +2,8 @@
 
 Why on the node: an operator restarted mid-upgrade reads the record and goes on — the step it is
 in, when each step was entered, whether sro cordoned the node, the old and new revision and the
-pods it asked to evict (so no eviction is asked for twice).
+pods it asked to evict (so no eviction is asked for twice), and the operand pods that ran on the
+old driver (restarted once the new one is validated).
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ class Record:
     cordoned: bool = False  # the operator cordoned the node (so it uncordons it at the end)
     reason: str = ""
     evicted: tuple[str, ...] = ()  # namespace/name of the pods it asked to evict
+    # uids of the operand pods that ran on the old driver and are restarted once the new one is
+    # validated (`sro.operator.upgrade.rewalk`), taken when the driver label moves
+    stale: tuple[str, ...] = ()
 
     def to_json(self) -> str:
         doc: dict[str, Any] = {
@@ -71,6 +75,8 @@ class Record:
             doc["reason"] = self.reason
         if self.evicted:
             doc["evicted"] = list(self.evicted)
+        if self.stale:
+            doc["stale"] = list(self.stale)
         return json.dumps(doc, separators=(",", ":"), sort_keys=True)
 
     @staticmethod
@@ -95,6 +101,7 @@ class Record:
                 cordoned=bool(doc.get("cordoned", False)),
                 reason=str(doc.get("reason", "")),
                 evicted=tuple(str(e) for e in doc.get("evicted") or ()),
+                stale=tuple(str(u) for u in doc.get("stale") or ()),
             )
         except Exception as e:  # written by others: any failure is garbage
             unreadable("the upgrade record", where, text, e)

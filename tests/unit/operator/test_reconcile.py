@@ -164,11 +164,16 @@ def test_fresh_cluster_deploys_every_state_gated_on_the_previous_label() -> None
     exprs = affinity_terms(driver)[0]["matchExpressions"]
     assert {"key": OPT_IN, "operator": "In", "values": ["true"]} in exprs
     assert {"key": KERNEL_LABEL, "operator": "In", "values": ["6.1.0-13-amd64"]} in exprs
-    # runtime waits for driver-validation, the plugin for runtime
+    # runtime waits for driver-validation, the plugin for runtime (ready, or revalidating after a
+    # driver upgrade: sro.operator.upgrade.rewalk keeps the later states running)
     assert affinity_terms(ds[f"sro-{SR}-runtime"]) == [
         {
             "matchExpressions": [
-                {"key": state_label(SR, DRIVER_VALIDATION), "operator": "In", "values": ["ready"]}
+                {
+                    "key": state_label(SR, DRIVER_VALIDATION),
+                    "operator": "In",
+                    "values": ["ready", "revalidating"],
+                }
             ]
         }
     ]

@@ -47,36 +47,55 @@ class HostReader:
     def warn(self, path: Path | str, message: str) -> None:
         self.warnings.append(Problem(str(path), message))
 
-    def read_bytes(self, path: Path, *, required: bool = False, limit: int = DEFAULT_LIMIT) -> bytes | None:
-        """The file's bytes, or None. A missing file is a problem only when `required`."""
+    def read_bytes(
+        self, path: Path | str, *, required: bool = False, limit: int = DEFAULT_LIMIT
+    ) -> bytes | None:
+        """The file's bytes, or None. A missing file is a problem only when `required`.
+
+        `path` may be a str: a source reading hundreds of sysfs attributes joins them as strings,
+        because a pathlib join costs more than the read itself. The file is read with raw
+        os.read calls on the descriptor (no buffered file object around it: that doubled the
+        cost of reading a sysfs attribute).
+        """
         try:
             # O_NONBLOCK: a FIFO dropped where a feature file belongs must not hang the daemon;
             # only regular files are read (sysfs and procfs attributes are regular files).
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            with open(fd, "rb") as f:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    self.problem(path, "not a regular file, ignored")
-                    return None
-                data = f.read(limit + 1)
         except FileNotFoundError:
             if required:
                 self.problem(path, "missing")
             return None
-        except IsADirectoryError:
-            self.problem(path, "is a directory, expected a file")
+        except OSError as e:
+            self._unreadable(path, e)
             return None
+        try:
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISDIR(mode):
+                self.problem(path, "is a directory, expected a file")
+                return None
+            if not stat.S_ISREG(mode):
+                self.problem(path, "not a regular file, ignored")
+                return None
+            data = _read_at_most(fd, limit + 1)
         except OSError as e:
             # ENODEV/ENXIO: the device behind a sysfs attribute went away; still a failed read.
-            self.problem(path, f"unreadable ({errno.errorcode.get(e.errno or 0, e.errno)}: {e.strerror})")
+            self._unreadable(path, e)
             return None
+        finally:
+            os.close(fd)
         if len(data) > limit:
             self.problem(path, f"larger than {limit} bytes, ignored")
             return None
         if self.recording is not None:
-            self.recording.files[path] = data
+            self.recording.files[Path(path)] = data
         return data
 
-    def read_text(self, path: Path, *, required: bool = False, limit: int = DEFAULT_LIMIT) -> str | None:
+    def _unreadable(self, path: Path | str, e: OSError) -> None:
+        self.problem(path, f"unreadable ({errno.errorcode.get(e.errno or 0, e.errno)}: {e.strerror})")
+
+    def read_text(
+        self, path: Path | str, *, required: bool = False, limit: int = DEFAULT_LIMIT
+    ) -> str | None:
         """The file's text (UTF-8), or None with a problem for undecodable content."""
         data = self.read_bytes(path, required=required, limit=limit)
         if data is None:
@@ -87,7 +106,7 @@ class HostReader:
             self.problem(path, f"not UTF-8 text ({e.reason} at byte {e.start})")
             return None
 
-    def read_value(self, path: Path, *, required: bool = False) -> str | None:
+    def read_value(self, path: Path | str, *, required: bool = False) -> str | None:
         """A one-value attribute file (sysfs style), stripped; None when missing or unreadable."""
         text = self.read_text(path, required=required, limit=64 * 1024)
         return None if text is None else text.strip()
@@ -122,11 +141,27 @@ class HostReader:
         except OSError:
             return False
 
-    def exists(self, path: Path) -> bool:
+    def exists(self, path: Path | str) -> bool:
         ok = os.path.exists(path)
         if ok and self.recording is not None and os.path.isdir(path):
-            self.recording.dirs.setdefault(path, [])
+            self.recording.dirs.setdefault(Path(path), [])
         return ok
+
+
+_CHUNK = 64 * 1024  # one read takes a whole sysfs attribute (at most a page) or most procfs files
+
+
+def _read_at_most(fd: int, size: int) -> bytes:
+    """Up to `size` bytes from `fd`, reading until end of file (what `f.read(size)` does)."""
+    chunks: list[bytes] = []
+    got = 0
+    while got < size:
+        chunk = os.read(fd, min(_CHUNK, size - got))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _is_dir(entry: os.DirEntry[str]) -> bool:

@@ -67,5 +67,5 @@ def nfd_key(source: str, name: str) -> str:
 
 
 def is_hex(value: str, digits: int | None = None) -> bool:
-    ok = bool(value) and all(c in "0123456789abcdef" for c in value)
+    ok = bool(value) and not value.strip("0123456789abcdef")  # strip leaves any other character
     return ok and (digits is None or len(value) == digits)

@@ -43,6 +43,24 @@ def parse_kconfig(text: str) -> dict[str, str]:
     return out
 
 
+# The last kernel config parsed, by the exact bytes read (compressed or not): the file changes only
+# with the kernel, and decompressing and parsing /proc/config.gz was most of a pass on a real node.
+_KCONFIG_CACHE: dict[tuple[bool, bytes], dict[str, str]] = {}
+
+
+def _parsed_kconfig(data: bytes, gz: bool) -> dict[str, str]:
+    """parse_kconfig of the (gzip-compressed if `gz`) bytes, remembered for the same bytes.
+
+    A fresh dict each time: callers own what they get. Raises what gzip raises on bad input."""
+    key = (gz, data)
+    parsed = _KCONFIG_CACHE.get(key)
+    if parsed is None:
+        parsed = parse_kconfig((gzip.decompress(data) if gz else data).decode("utf-8", "replace"))
+        _KCONFIG_CACHE.clear()  # one entry: a node has one kernel config
+        _KCONFIG_CACHE[key] = parsed
+    return dict(parsed)
+
+
 class KernelSource:
     name = NAME
 
@@ -89,13 +107,11 @@ class KernelSource:
             data = reader.read_bytes(path, required=bool(config.kconfig_file))
             if data is None:
                 continue
-            if path.suffix == ".gz":
-                try:
-                    data = gzip.decompress(data)
-                except (OSError, EOFError, zlib.error) as e:
-                    reader.problem(path, f"not a valid gzip file ({e})")
-                    continue
-            return parse_kconfig(data.decode("utf-8", "replace"))
+            try:
+                return _parsed_kconfig(data, path.suffix == ".gz")
+            except (OSError, EOFError, zlib.error) as e:
+                reader.problem(path, f"not a valid gzip file ({e})")
+                continue
         return {}
 
     def labels(self, features: Features, config: Config) -> dict[str, str]:

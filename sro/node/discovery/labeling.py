@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from sro.api.names import NFD_PREFIX, PREFIX
 from sro.api.recipes import NVIDIA_GPU, SIMULATED_GPU
@@ -19,6 +20,10 @@ from sro.nfd.matching import label_problem
 from sro.node.discovery import custom
 from sro.node.discovery.config import Config
 from sro.node.discovery.features import FeatureSource, SourceResult
+
+# Kubernetes' label checks (three regexes) for each label of every pass: a node's labels change
+# rarely, so the answers are remembered (pure function of key and value; bounded).
+_label_problem = lru_cache(maxsize=4096)(label_problem)
 
 # The accelerator source's keys: GFD's, the simulated GPU's, and every custom recipe's
 # `sro.dev/<name>.` (count, product, simulated). Only keys in discovery's ownership record are ever
@@ -76,7 +81,7 @@ def build_labels(
             basename = key.rpartition("/")[2]
             if config.label_whitelist is not None and not config.label_whitelist.search(basename):
                 continue
-            why = label_problem(key, value)
+            why = _label_problem(key, value)
             if why:
                 warnings.append(Problem(f"label {key}", f"{why}; not published"))
                 continue

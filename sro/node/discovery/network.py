@@ -16,11 +16,12 @@ class NetworkSource:
         base = reader.host.sys / "class/net"
         ifaces: list[Attrs] = []
         for iface in reader.list_dir(base):
-            if not reader.exists(base / iface / "device"):
+            device = f"{base}/{iface}/device"  # strings: a pathlib join costs more than the read
+            if not reader.exists(device):
                 continue  # virtual interface (lo, bridges, veths): NFD skips these
             attrs = {"name": iface}
             for attr in ("sriov_totalvfs", "sriov_numvfs"):
-                path = base / iface / "device" / attr
+                path = f"{device}/{attr}"
                 value = reader.read_value(path)
                 if value is None:
                     continue

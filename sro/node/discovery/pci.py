@@ -22,8 +22,10 @@ MODALIAS = re.compile(
 
 
 def read_attr(reader: HostReader, dev: str, attr: str, required: bool) -> str | None:
-    """One sysfs attribute, NFD-normalised: stripped, no `0x`, class cut to base+subclass."""
-    path = reader.host.sys / "bus/pci/devices" / dev / attr
+    """One attribute of the device directory `dev`, NFD-normalised: stripped, no `0x`, class cut
+    to base+subclass. Paths are plain strings: a pathlib join costs more than reading a sysfs
+    attribute, and a pass reads nine per PCI device."""
+    path = f"{dev}/{attr}"
     raw = reader.read_value(path, required=required)
     if raw is None:
         return None
@@ -52,14 +54,15 @@ class PciSource:
         base = reader.host.sys / "bus/pci/devices"
         for dev in reader.list_dir(base):
             attrs: dict[str, str] = {}
+            dev_dir = f"{base}/{dev}"
             for attr in PCI_FIELDS:
-                value = read_attr(reader, dev, attr, required=True)
+                value = read_attr(reader, dev_dir, attr, required=True)
                 if value is None:
                     break
                 attrs[attr] = value
             else:
                 for attr in OPTIONAL:
-                    value = read_attr(reader, dev, attr, required=False)
+                    value = read_attr(reader, dev_dir, attr, required=False)
                     if value is not None:
                         attrs[attr] = value
                 attrs["address"] = dev
@@ -69,7 +72,7 @@ class PciSource:
     def labels(self, features: Features, config: Config) -> dict[str, str]:
         out: dict[str, str] = {}
         for dev in features.instances.get("device", ()):
-            if not any(dev["class"].startswith(w) for w in config.pci_class_whitelist):
+            if not dev["class"].startswith(config.pci_class_whitelist):
                 continue
             label = "_".join(dev[f] for f in config.pci_label_fields)
             out[nfd_key(NAME, f"{label}.present")] = "true"

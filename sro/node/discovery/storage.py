@@ -16,11 +16,12 @@ class StorageSource:
         base = reader.host.sys / "block"
         devices: list[Attrs] = []
         for dev in reader.list_dir(base):
-            rotational = reader.read_value(base / dev / "queue/rotational")
+            path = f"{base}/{dev}/queue/rotational"  # a string: a pathlib join costs more than the read
+            rotational = reader.read_value(path)
             if rotational is None:
                 continue
             if rotational not in ("0", "1"):
-                reader.problem(base / dev / "queue/rotational", f"expected 0 or 1, got {rotational[:40]!r}")
+                reader.problem(path, f"expected 0 or 1, got {rotational[:40]!r}")
                 continue
             devices.append({"name": dev, "rotational": rotational})
         return Features(instances={"block": tuple(devices)})

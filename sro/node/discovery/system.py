@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from functools import lru_cache
 
 from sro.host.reading import HostReader
 from sro.node.discovery.config import Config
@@ -19,6 +20,13 @@ _VERSION = re.compile(r"^(?P<major>\d+)(\.(?P<minor>\d+))?")
 
 
 def parse_os_release(text: str) -> dict[str, str]:
+    """KEY=value lines, values unquoted as a shell would (a fresh dict; the parse of the same text
+    is remembered: shlex is most of this source's pass and os-release changes with an upgrade)."""
+    return dict(_parse_os_release(text))
+
+
+@lru_cache(maxsize=2)
+def _parse_os_release(text: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for line in text.splitlines():
         line = line.strip()

@@ -1,0 +1,68 @@
+"""What makes a discovery pass cheap must not change what it reads (issue 26: pass <= 2x the read floor).
+
+The reader reads with raw os.read calls and takes string paths; the kernel config and os-release
+parses are remembered for the same bytes; label checks are memoised. Each of these is checked here
+for the answer staying exactly what it was.
+"""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+from sro.host.reading import HostReader, Recording
+from sro.host.root import HostRoot
+from sro.node.discovery import kernel, system
+from sro.node.discovery.features import is_hex
+
+
+def test_a_file_larger_than_one_read_comes_back_whole_and_the_limit_holds(tmp_path: Path) -> None:
+    data = bytes(range(256)) * 1000  # 256,000 bytes: four raw reads
+    (tmp_path / "big").write_bytes(data)
+    recording = Recording()
+    reader = HostReader(HostRoot.at(tmp_path), recording=recording)
+    assert reader.read_bytes(str(tmp_path / "big")) == data
+    assert recording.files == {tmp_path / "big": data}  # recorded under a Path even when read by str
+    assert reader.read_bytes(tmp_path / "big", limit=len(data)) == data
+    assert reader.read_bytes(tmp_path / "big", limit=len(data) - 1) is None
+    assert [p.message for p in reader.problems] == [f"larger than {len(data) - 1} bytes, ignored"]
+
+
+def test_string_and_path_reads_report_alike(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    reader = HostReader(HostRoot.at(tmp_path))
+    for path in (tmp_path / "d", str(tmp_path / "d")):
+        assert reader.read_value(path) is None
+    for path in (tmp_path / "gone", str(tmp_path / "gone")):
+        assert reader.read_value(path, required=True) is None
+    assert [(p.path, p.message) for p in reader.problems] == [
+        (str(tmp_path / "d"), "is a directory, expected a file"),
+        (str(tmp_path / "d"), "is a directory, expected a file"),
+        (str(tmp_path / "gone"), "missing"),
+        (str(tmp_path / "gone"), "missing"),
+    ]
+
+
+def test_kconfig_is_parsed_again_only_for_other_bytes_and_each_caller_gets_its_own_dict() -> None:
+    one = gzip.compress(b'CONFIG_A=y\nCONFIG_B="x"\n# CONFIG_C is not set\n')
+    first = kernel._parsed_kconfig(one, gz=True)
+    assert first == {"A": "y", "B": "x"}
+    first["A"] = "changed by a caller"
+    assert kernel._parsed_kconfig(one, gz=True) == {"A": "y", "B": "x"}
+    assert kernel._parsed_kconfig(b"CONFIG_A=m\n", gz=False) == {"A": "m"}
+    assert kernel._parsed_kconfig(one, gz=True) == {"A": "y", "B": "x"}
+
+
+def test_os_release_parse_is_a_fresh_dict_each_time() -> None:
+    text = 'ID=debian\nVERSION_ID="12"\nPRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\n'
+    first = system.parse_os_release(text)
+    assert first == {"ID": "debian", "VERSION_ID": "12", "PRETTY_NAME": "Debian GNU/Linux 12 (bookworm)"}
+    first["ID"] = "changed"
+    assert system.parse_os_release(text)["ID"] == "debian"
+
+
+def test_is_hex_answers_as_the_character_loop_did() -> None:
+    for value in ("", "0", "10de", "10DE", "0x10", "1-2", "abcdef0123", " 10de", "10de\n", "g", "a b"):
+        expected = bool(value) and all(c in "0123456789abcdef" for c in value)
+        assert is_hex(value) is expected, value
+    assert is_hex("10de", 4) and not is_hex("10de", 6)

@@ -185,6 +185,7 @@ class Disruption:
     uid: str  # the pod's uid as the observer's watch knew it at that time ("" if unknown)
     step: str  # the sro step on the pod's node at that time ("" if none was seen)
     verb: str = "evict"  # "evict" | "delete"
+    guarded: bool = True  # the pod matched the workload PDB's selector
 
 
 def double_evictions(disruptions: Sequence[Disruption]) -> list[Violation]:
@@ -230,7 +231,7 @@ def pdb_broken(
     ordered = sorted(samples, key=lambda s: s.at)
     out: list[Violation] = []
     for d in disruptions:
-        if d.namespace != namespace:
+        if d.namespace != namespace or not d.guarded:
             continue
         start, end = d.at - PDB_SETTLE_S, d.at + PDB_LAG_S
         before = [s for s in ordered if s.at <= start]
@@ -248,6 +249,25 @@ def pdb_broken(
             )
         )
     return out
+
+
+def selects(selector: Mapping[str, object], labels: Mapping[str, str]) -> bool:
+    """A Kubernetes LabelSelector (matchLabels, matchExpressions) against a pod's labels; a PDB's
+    empty selector selects every pod of its namespace (policy/v1 semantics)."""
+    for key, value in _mapping(selector.get("matchLabels")).items():
+        if labels.get(key) != value:
+            return False
+    for e in map(_mapping, _list(selector.get("matchExpressions"))):
+        key, op, values = str(e.get("key")), e.get("operator"), [str(v) for v in _list(e.get("values"))]
+        ok = {
+            "In": key in labels and labels[key] in values,
+            "NotIn": key not in labels or labels[key] not in values,
+            "Exists": key in labels,
+            "DoesNotExist": key not in labels,
+        }.get(str(op), False)
+        if not ok:
+            return False
+    return True
 
 
 # ---- the operator's log and memory -----------------------------------------------------------------

@@ -77,6 +77,7 @@ class Observer:
         self.stale_grace_s = inv.STALE_CORDON_GRACE_S  # a test may shorten it before start()
         self.operator_restarts = 0
         self.rss_peak_mib = 0.0
+        self.containers_looked = 0  # container looks made (a run with none checked no device)
         self.errors: list[str] = []  # what the observer could not look at (kept for the report)
         self._client = Client()
         self._lock = threading.Lock()
@@ -89,6 +90,7 @@ class Observer:
         self._pods: dict[str, dict[str, Any]] = {}  # uid -> the workload pod
         self._uids: dict[tuple[str, str], list[tuple[float, str]]] = {}  # (ns, name) -> (seen at, uid)
         self._pdb: list[inv.PdbSample] = []
+        self._pdb_selector: dict[str, Any] | None = None  # None: the PDB not seen yet
         self._op_pods: dict[str, dict[str, Any]] = {}  # uid -> operator pod (gone ones kept)
         self._op_restarts: dict[str, int] = {}
         self._op_initial: list[str] | None = None
@@ -239,6 +241,7 @@ class Observer:
         )
         with self._lock:
             self._pdb.append(sample)
+            self._pdb_selector = (pdb.get("spec") or {}).get("selector") or {}
 
     def _on_operator_pod(self, kind: str, pod: dict[str, Any]) -> None:
         uid = str((pod.get("metadata") or {}).get("uid"))
@@ -279,7 +282,7 @@ class Observer:
             }
             for cs in (pod.get("status") or {}).get("containerStatuses") or []:
                 cid = str(cs.get("containerID") or "").split("://", 1)[-1]
-                if cid and (cs.get("state") or {}).get("running") and cs.get("name") not in privileged:
+                if cid and "running" in (cs.get("state") or {}) and cs.get("name") not in privileged:
                     wanted[cid] = (str(meta.get("namespace")), str(meta.get("name")), str(cs.get("name")))
         pids = host.pids_of(set(wanted))
         looks = []
@@ -292,6 +295,7 @@ class Observer:
             looks.append(inv.ContainerLook(now, f"{ns}/{name}", container, cid, frozenset(seen), got))
         with self._lock:
             found, self._looks = inv.device_checks(self._looks, looks)
+            self.containers_looked += len(looks)
         self._add(found)
 
     def _check_cordons(self, now: float) -> None:
@@ -343,9 +347,11 @@ class Observer:
             uids = [u for t, u in self._uids.get((e.namespace, e.name), []) if t <= at + STEP_LAG_S]
             uid = uids[-1] if uids else ""
             pod = self._pods.get(uid) or {}
+            labels = (pod.get("metadata") or {}).get("labels") or {}
+            guarded = self._pdb_selector is not None and inv.selects(self._pdb_selector, labels)
             node = str((pod.get("spec") or {}).get("nodeName") or "")
             steps = [s for t, s in self._steps.get(node, []) if t <= at + STEP_LAG_S]
-        return inv.Disruption(at, e.namespace, e.name, uid, steps[-1] if steps else "", verb)
+        return inv.Disruption(at, e.namespace, e.name, uid, steps[-1] if steps else "", verb, guarded)
 
     def _sample_memory(self, now: float) -> None:
         with self._lock:

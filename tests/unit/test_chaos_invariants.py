@@ -23,6 +23,7 @@ from benchmarks.chaos.invariants import (
     object_leftovers,
     operator_restarts,
     pdb_broken,
+    selects,
     stale_cordons,
     step_key,
     tracebacks,
@@ -263,3 +264,20 @@ def test_a_process_sees_the_device_nodes_under_its_dev_by_major_and_minor() -> N
     assert devices_seen(os.getpid(), {null: "/dev/sro-simgpu9"}) == {"/dev/sro-simgpu9"}
     assert devices_seen(os.getpid(), {}) == set()
     assert devices_seen(2**22 + 7, {null: "x"}) is None  # no such process
+
+
+def test_a_label_selector_selects_as_kubernetes_does() -> None:
+    sel = {
+        "matchLabels": {"app": "w"},
+        "matchExpressions": [{"key": "tier", "operator": "In", "values": ["a"]}],
+    }
+    assert selects(sel, {"app": "w", "tier": "a"})
+    assert not selects(sel, {"app": "w", "tier": "b"})
+    assert not selects(sel, {"app": "x", "tier": "a"})
+    assert selects({}, {"anything": "x"})
+    assert not selects({"matchExpressions": [{"key": "k", "operator": "DoesNotExist"}]}, {"k": ""})
+
+
+def test_a_disruption_of_a_pod_the_pdb_does_not_guard_never_breaks_it() -> None:
+    unguarded = Disruption(10.0, "apps", "w-1", "u1", "", "evict", guarded=False)
+    assert pdb_broken([unguarded], [pdb(0.0, 0)], "apps") == []

@@ -81,7 +81,7 @@ def run(names: list[str], json_path: Path) -> int:
         known = ", ".join(m.removeprefix("bench_") for m in all_modules)
         print(f"benchmarks: no benchmark matches {' '.join(names)} (known: {known})")
         return 2
-    console = Console() if Console().is_terminal else Console(width=200)  # logs and CI: no wrapping
+    console = Console() if Console().is_terminal else Console(width=300)  # logs and CI: no wrapping
     started = datetime.datetime.now(datetime.UTC)
     load_start = os.getloadavg()
     figures: list[Figure] = []

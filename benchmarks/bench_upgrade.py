@@ -5,21 +5,26 @@ Measured run: the simulated-gpu example at driver 550.0-sim, validated, with a o
 using a device; then `spec.driver.version` is patched to 555.0-sim (and back to 550.0-sim on the next
 run) and the Node is read every 0.2 s. Each step is when our poll first saw the node's upgrade-state
 label reach it: cordoned; driver-replaced (the workload evicted and gone, the holder scan clean, the
-driver label moved); validated (the new driver Ready, and the whole chain validated again: driver
-validation, runtime, device plugin, workload validation, discovery); done (uncordoned); then the
-workload's new pod Running with a device.
+driver label moved); validated (the new driver Ready, then what the new driver invalidates validated
+again: the driver validation, the device plugin restarted, the workload validation through it — the
+runtime, the exporter and discovery keep running, `sro.operator.upgrade.rewalk`); done (uncordoned);
+then the workload's new pod Running with a device.
 
 Floor, same run, no operator: the same steps by hand, as an admin without sro would type them, on
-plain objects of the same image in a namespace of their own (an OnDelete "driver" DaemonSet, a
-"plugin" DaemonSet, a one-replica Deployment): `kubectl cordon`; `kubectl drain --pod-selector`
-(evicts the workload, waits until it is gone); the driver DaemonSet's template changed and its pod
-deleted, waited Ready; a validation pod run to completion, the plugin pod deleted and waited Ready,
-a second validation pod; `kubectl uncordon`; the workload's new pod Running. Each kubectl call is a
-process start, as by hand; polls are 0.2 s in both.
+plain objects in a namespace of their own (an OnDelete "driver" DaemonSet, a "plugin" DaemonSet whose
+pod starts the device plugin's Python code, a one-replica Deployment): `kubectl cordon`; `kubectl
+drain --pod-selector` (evicts the workload, waits until it is gone); the driver DaemonSet's template
+changed and its pod deleted, waited Ready; then the SAME validations the operator runs — sro's own
+validation pods, rendered from the same SpecialResource (`sro validate driver` reading the driver
+root and /dev; `sro validate workload` asking a device through the scheduler, the device plugin and
+the runtime hook) —: the driver validation run to completion, the plugin pod deleted and waited
+Ready, the workload validation run to completion; `kubectl uncordon`; the workload's new pod
+Running. Each kubectl call is a process start, as by hand; polls are 0.2 s in both.
 
-Runs alternate (operator, floor, floor, operator, ...); medians over SRO_BENCH_UPGRADE_RUNS runs
-(default 1). Needs root and the local cluster; installs sro (idempotent) and leaves it installed;
-leaves no SpecialResource, namespace or cordon of its own behind.
+SRO_BENCH_PAIRS pairs (default 5), alternating (operator, floor, floor, operator, ...); the figure is
+the median of the per-pair ratios with their min-max, goal at most 0.8x. Needs root and the local
+cluster; installs sro (idempotent) and leaves it installed; leaves no SpecialResource, namespace or
+cordon of its own behind.
 """
 
 from __future__ import annotations
@@ -50,12 +55,16 @@ from benchmarks.bench_operator import (
     _progress,
     _remove_floor_namespace,
 )
-from benchmarks.harness import Figure
-from sro.api.names import upgrade_state_label, validated_label
+from benchmarks.harness import PAIRS, Figure, paired, paired_figure
+from sro.api.names import DEVICE_PLUGIN_VALIDATION, DRIVER_VALIDATION, upgrade_state_label, validated_label
+from sro.api.specparsing import parse_spec
 from sro.local.layout import BUSYBOX_IMAGE
+from sro.operator.admission import resolve_recipe
+from sro.operator.rendering import Context
+from sro.operator.states import STATES, ValidationState
 from sro.operator.upgrade.record import CORDONED, DONE, DRIVER_REPLACED, VALIDATED
 
-RUNS = int(os.environ.get("SRO_BENCH_UPGRADE_RUNS", "1"))
+GOAL = 0.8  # issue 26: an upgrade with sro is faster than the same steps by hand
 APPS = "sro-bench-upgrade"
 FLOOR_NS = "sro-bench-floor"
 VERSIONS = ("550.0-sim", "555.0-sim")
@@ -64,7 +73,7 @@ OPERATOR_WHAT = {
     "cordon": "spec patched -> cordoned",
     "evict": "-> workload evicted and gone, holder scan clean, driver label moved",
     "replace driver": "-> new driver pod Ready",
-    "validate again": "-> the whole chain validated (upgrade-state validated)",
+    "validate again": "-> driver validation, plugin restarted, workload validation (validated)",
     "uncordon": "-> uncordoned (done)",
     "workload back": "-> the workload's new pod Running",
 }
@@ -72,7 +81,7 @@ FLOOR_WHAT = {
     "cordon": "kubectl cordon",
     "evict": "kubectl drain --pod-selector (waits until gone)",
     "replace driver": "patch OnDelete DaemonSet, delete its pod, new pod Ready",
-    "validate again": "validation pod; plugin pod restarted; validation pod",
+    "validate again": "sro's driver validation pod; plugin pod restarted; sro's workload validation pod",
     "uncordon": "kubectl uncordon",
     "workload back": "the workload's new pod Running",
 }
@@ -168,9 +177,14 @@ def _operator_run(cluster: Any, client: Client, version: str) -> Run:
 
 
 # ---- by hand ---------------------------------------------------------------------------------------
-def _ds(name: str, image: str, env: str, on_delete: bool) -> dict[str, Any]:
+# The floor's plugin starts the device plugin's code, as the real one does, then waits: the same
+# Python start a restarted plugin pays (it cannot register a second plugin for the same resource).
+PLUGIN_START = ["python3", "-c", "import sro.node.deviceplugin.server, time; time.sleep(1e9)"]
+
+
+def _ds(name: str, image: str, env: str, on_delete: bool, command: list[str] | None = None) -> dict[str, Any]:
     container = {
-        "name": "c", "image": image, "imagePullPolicy": "Never", "command": ["sleep", "infinity"],
+        "name": "c", "image": image, "imagePullPolicy": "Never", "command": command or ["sleep", "infinity"],
         "env": [{"name": "DRIVER_VERSION", "value": env}],
         "readinessProbe": {"exec": {"command": ["true"]}, "periodSeconds": 2},
     }  # fmt: skip
@@ -189,31 +203,51 @@ def _ds(name: str, image: str, env: str, on_delete: bool) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _validation_pod(cluster: Any, client: Client, image: str, node: str, name: str) -> None:
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": FLOOR_NS},
-        "spec": {
-            "restartPolicy": "Never", "nodeName": node, "terminationGracePeriodSeconds": 1,
-            "containers": [{"name": "v", "image": image, "imagePullPolicy": "Never", "command": ["true"]}],
-        },
-    }  # fmt: skip
-    _apply(cluster, pod)
+def _validation_docs(image: str, node: str) -> dict[str, dict[str, Any]]:
+    """sro's own validation pods for the node, rendered from the benchmark's SpecialResource, moved to
+    the floor's namespace with sro's labels, owner and service account taken off: the by-hand steps
+    run the same checks (`sro validate driver|workload`) the operator's revalidation runs."""
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    spec = parse_spec(SR, doc["spec"])
+    ctx = Context(SR, "floor", spec, resolve_recipe(spec, None), FLOOR_NS, image)
+    out: dict[str, dict[str, Any]] = {}
+    for state in STATES:
+        if isinstance(state, ValidationState) and state.name in (DRIVER_VALIDATION, DEVICE_PLUGIN_VALIDATION):
+            pod = state.pod(ctx, node, "floor")
+            name = f"floor-{state.name}"
+            pod["metadata"] = {"name": name, "namespace": FLOOR_NS, "labels": {"app": name}}
+            pod["spec"]["serviceAccountName"] = "default"
+            out[state.name] = pod
+    return out
+
+
+def _validation_pod(cluster: Any, client: Client, doc: dict[str, Any]) -> None:
+    name = doc["metadata"]["name"]
+    _poll_until(f"{name} of the run before gone", lambda: not _exists(client, name), 60)
+    _apply(cluster, doc)
 
     def succeeded() -> bool:
         status = client.get(Pod, name, namespace=FLOOR_NS).status
+        if status is not None and status.phase == "Failed":
+            raise RuntimeError(f"the by-hand validation {name} failed: {status.message or status.reason}")
         return status is not None and status.phase == "Succeeded"
 
     _poll_until(f"{name} Succeeded", succeeded, 120)
     cluster.kubectl("-n", FLOOR_NS, "delete", "pod", name, "--wait=false")
 
 
+def _exists(client: Client, name: str) -> bool:
+    return any(p.metadata and p.metadata.name == name for p in client.list(Pod, namespace=FLOOR_NS))
+
+
 def _floor_setup(cluster: Any, client: Client, image: str) -> None:
     _ensure_floor_namespace(client)
     node = cluster.node_name
     _apply(cluster, _ds("floor-driver", image, VERSIONS[0], on_delete=True))
-    _apply(cluster, _ds("floor-plugin", image, "", on_delete=False))
+    cluster.kubectl(
+        "label", "namespace", FLOOR_NS, "--overwrite", "pod-security.kubernetes.io/enforce=privileged"
+    )
+    _apply(cluster, _ds("floor-plugin", image, "", on_delete=False, command=PLUGIN_START))
     _apply(cluster, _workload(FLOOR_NS, BUSYBOX_IMAGE, device=False))
     for app in ("floor-driver", "floor-plugin", "bench-work"):
 
@@ -238,11 +272,12 @@ def _floor_run(cluster: Any, client: Client, image: str, version: str) -> Run:
     cluster.kubectl("-n", FLOOR_NS, "delete", "pod", old_driver, "--wait=false")
     _poll_until("the new driver Ready", lambda: bool(_running(client, FLOOR_NS, "floor-driver", node, exclude=old_driver)), 120)  # fmt: skip
     marks.append(time.monotonic())
-    _validation_pod(cluster, client, image, node, "floor-validate-driver")
+    checks = _validation_docs(image, node)
+    _validation_pod(cluster, client, checks[DRIVER_VALIDATION])
     old_plugin = _running(client, FLOOR_NS, "floor-plugin", node)
     cluster.kubectl("-n", FLOOR_NS, "delete", "pod", old_plugin, "--wait=false")
     _poll_until("the plugin back", lambda: bool(_running(client, FLOOR_NS, "floor-plugin", node, exclude=old_plugin)), 120)  # fmt: skip
-    _validation_pod(cluster, client, image, node, "floor-validate-workload")
+    _validation_pod(cluster, client, checks[DEVICE_PLUGIN_VALIDATION])
     marks.append(time.monotonic())
     cluster.kubectl("uncordon", node)
     marks.append(time.monotonic())
@@ -256,7 +291,7 @@ def _floor_run(cluster: Any, client: Client, image: str, version: str) -> Run:
 def _print(ops: list[Run], floors: list[Run]) -> None:
     med = statistics.median
     table = Table(
-        title=f"driver upgrade of one node, step by step (median of {len(ops)}; floor: by hand with kubectl)"
+        title=f"driver upgrade of one node, step by step (median of {len(ops)} pairs; floor: by hand with kubectl)"
     )
     for col in ("step", "operator", "what", "by hand", "what", "ratio"):
         table.add_column(col, justify="right" if col in ("operator", "by hand", "ratio") else "left")
@@ -271,6 +306,32 @@ def _print(ops: list[Run], floors: list[Run]) -> None:
     if not console.is_terminal:
         console = Console(file=sys.stderr, width=220)
     console.print(table)
+
+
+def figures(ops: list[Run], floors: list[Run]) -> list[Figure]:
+    """The total (goal 0.8x, per-pair ratios) and each step (informational), from the pairs."""
+    out = [
+        paired_figure(
+            "UPGRADE: one node's driver upgrade under a workload (simulated-gpu)",
+            "s",
+            "the same steps and validations by hand with kubectl",
+            [r.total for r in ops],
+            [r.total for r in floors],
+            GOAL,
+        )
+    ]
+    for s in STEPS:
+        out.append(
+            paired_figure(
+                f"upgrade step {s}",
+                "s",
+                FLOOR_WHAT[s],
+                [r.steps[s] for r in ops],
+                [r.steps[s] for r in floors],
+                None,
+            )
+        )
+    return out
 
 
 def run() -> list[Figure]:
@@ -300,16 +361,18 @@ def run() -> list[Figure]:
         _apply(cluster, _workload(APPS, BUSYBOX_IMAGE, device=True))
         _poll_until("the workload running", lambda: bool(_running(client, APPS, "bench-work", node)), 120)
         _floor_setup(cluster, client, image)
-        for i in range(RUNS):
-            version = VERSIONS[(i + 1) % 2]
-            order = ("operator", "floor") if i % 2 == 0 else ("floor", "operator")
-            for what in order:
-                if what == "operator":
-                    ops.append(_operator_run(cluster, client, version))
-                    _progress(f"operator run {len(ops)}: {ops[-1].total:.2f} s")
-                else:
-                    floors.append(_floor_run(cluster, client, image, version))
-                    _progress(f"by-hand run {len(floors)}: {floors[-1].total:.2f} s")
+
+        def operator() -> float:
+            ops.append(_operator_run(cluster, client, VERSIONS[(len(ops) + 1) % 2]))
+            _progress(f"operator run {len(ops)}: {ops[-1].total:.2f} s")
+            return ops[-1].total
+
+        def by_hand() -> float:
+            floors.append(_floor_run(cluster, client, image, VERSIONS[(len(floors) + 1) % 2]))
+            _progress(f"by-hand run {len(floors)}: {floors[-1].total:.2f} s")
+            return floors[-1].total
+
+        paired(operator, by_hand, PAIRS)
     finally:
         cluster.kubectl("uncordon", cluster.node_name, check=False)
         cluster.kubectl("delete", "namespace", APPS, "--ignore-not-found", "--wait=false", check=False)
@@ -318,24 +381,4 @@ def run() -> list[Figure]:
         finally:
             _remove_floor_namespace(client)
     _print(ops, floors)
-    med = statistics.median
-    figures = [
-        Figure(
-            "UPGRADE: one node's driver upgrade under a workload (simulated-gpu)",
-            med(r.total for r in ops),
-            med(r.total for r in floors),
-            "s",
-            "the same steps by hand with kubectl",
-        )
-    ]
-    for s in STEPS:
-        figures.append(
-            Figure(
-                f"upgrade step {s}",
-                med(r.steps[s] for r in ops),
-                med(r.steps[s] for r in floors),
-                "s",
-                FLOOR_WHAT[s],
-            )
-        )
-    return figures
+    return figures(ops, floors)

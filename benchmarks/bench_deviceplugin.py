@@ -35,7 +35,16 @@ from typing import Any
 import grpc
 
 from benchmarks import simnvml
-from benchmarks.harness import PAIRS, Figure, paired, paired_figure, percentile, rss_mib, stop, timings
+from benchmarks.harness import (
+    PAIRS,
+    Figure,
+    paired_figure,
+    paired_timings,
+    percentile,
+    rss_mib,
+    stop,
+    timings,
+)
 from sro.api.recipes import NVIDIA_GPU, SIMULATED_GPU
 from sro.devices import driverstate, simconfig, simnvml_state
 from sro.node.deviceplugin import api_pb2, api_pb2_grpc
@@ -160,20 +169,7 @@ def _calls(stub: Any, ids: list[str]) -> Measured:
     batch = max(1, REPEAT // PAIRS)
 
     def batches(fn: Callable[[], object]) -> tuple[list[list[float]], list[list[float]]]:
-        work: list[list[float]] = []
-        noop: list[list[float]] = []
-
-        # each side keeps its whole batch (for p50 and p99); the value paired() collects is unused
-        def one_work() -> float:
-            work.append(timings(fn, batch, warmup=10))
-            return 0.0
-
-        def one_noop() -> float:
-            noop.append(timings(lambda: stub.GetDevicePluginOptions(empty), batch, warmup=10))
-            return 0.0
-
-        paired(one_work, one_noop, PAIRS)
-        return work, noop
+        return paired_timings(fn, lambda: stub.GetDevicePluginOptions(empty), batch, warmup=10)
 
     timings(allocate, 50)  # the first calls of a fresh channel and server are slow for everyone
     alloc, noop_alloc = batches(allocate)

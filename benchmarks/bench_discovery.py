@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
 
-from benchmarks.harness import PAIRS, Figure, paired, paired_figure, percentile, rss_mib, timings
+from benchmarks.harness import PAIRS, Figure, paired_figure, paired_timings, percentile, rss_mib
 from sro.host.reading import Recording
 from sro.host.root import HostRoot
 from sro.node.discovery.commands import discover
@@ -51,19 +51,9 @@ def _pass_figures(name: str, host: HostRoot, repeat: int) -> list[Figure]:
     """A pass against the read floor in PAIRS alternating batches; each batch gives its median and p95."""
     recording = Recording()
     discover(host, Config(), recording)
-    batch = max(1, repeat // PAIRS)
-    work: list[list[float]] = []
-    base: list[list[float]] = []
-
-    def one_work() -> float:
-        work.append(timings(lambda: discover(host, Config()), batch))
-        return percentile(work[-1], 50) * 1e3
-
-    def one_base() -> float:
-        base.append(timings(lambda: _read_same_files(recording), batch))
-        return percentile(base[-1], 50) * 1e3
-
-    medians, floors = paired(one_work, one_base, PAIRS)
+    work, base = paired_timings(lambda: discover(host, Config()), lambda: _read_same_files(recording),
+                                max(1, repeat // PAIRS))  # fmt: skip
+    medians, floors = [percentile(w, 50) * 1e3 for w in work], [percentile(b, 50) * 1e3 for b in base]
     floor = f"read the same {len(recording.files)} files + {len(recording.dirs)} dirs"
     target = "<= 2x the read floor" + (", well under 50 ms" if "8-GPU" in name else "")
     return [

@@ -82,6 +82,26 @@ def paired(
     return ms, bs
 
 
+def paired_timings(
+    measured: Callable[[], object],
+    baseline: Callable[[], object],
+    per_pair: int,
+    n: int = PAIRS,
+    warmup: int = 3,
+) -> tuple[list[list[float]], list[list[float]]]:
+    """Seconds per call of each side in `n` alternating batches of `per_pair` calls (the order of
+    `paired`); batch i of one side pairs with batch i of the other, for per-pair percentiles."""
+    ms: list[list[float]] = []
+    bs: list[list[float]] = []
+
+    def one(fn: Callable[[], object], into: list[list[float]]) -> float:
+        into.append(timings(fn, per_pair, warmup))
+        return 0.0  # the batch itself is what counts
+
+    paired(lambda: one(measured, ms), lambda: one(baseline, bs), n)
+    return ms, bs
+
+
 def paired_figure(
     name: str,
     unit: str,

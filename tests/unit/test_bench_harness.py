@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.harness import Figure, paired, paired_figure
+from benchmarks.harness import Figure, paired, paired_figure, paired_timings
 
 
 def test_paired_alternates_which_side_runs_first() -> None:
@@ -69,3 +69,12 @@ def test_positional_figure_is_informational_and_single() -> None:
 def test_zero_baseline_gives_an_infinite_ratio_not_a_crash() -> None:
     assert Figure("x", 1.0, 0.0, "ms", "none").ratio == float("inf")
     assert paired_figure("x", "ms", "none", [1.0], [0.0], goal=1.0).met is False
+
+
+def test_paired_timings_keeps_one_batch_per_side_per_pair_in_alternating_order() -> None:
+    order: list[str] = []
+    ms, bs = paired_timings(lambda: order.append("m"), lambda: order.append("b"), per_pair=2, n=3, warmup=1)
+    assert [len(b) for b in ms] == [2, 2, 2] and [len(b) for b in bs] == [2, 2, 2]
+    # each batch is its warm-up call plus per_pair timed calls; the sides alternate which goes first
+    assert "".join(order) == "mmmbbbbbbmmmmmmbbb"
+    assert all(t >= 0 for batch in ms + bs for t in batch)

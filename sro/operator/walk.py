@@ -57,6 +57,11 @@ def walk(
         )
         if rewalked and again is not None and again.waits(state.name, set(ready), names):
             revalidating.append(state.name)
+            # its verdict on the old driver goes now, so its new pod starts as soon as it may
+            if isinstance(state, ValidationState):
+                old = state.current(ctx, node.name, pods)
+                if old is not None and not old.deleting and old.phase in ("Succeeded", "Failed"):
+                    deletes.append(old.name)
             continue
         if rewalked and again is not None:
             deletes.extend(

@@ -168,6 +168,17 @@ def running_app_pod(cluster: LocalCluster) -> str:
     return ""
 
 
+def operand_uids(cluster: LocalCluster) -> dict[str, str]:
+    """The SpecialResource's runtime and device-plugin pods (uid per state) that are not stopping."""
+    out = get_json(cluster, "pods", "-n", NS, "-l", f"sro.dev/specialresource={SR}")
+    return {
+        p["metadata"]["labels"].get("sro.dev/state", ""): p["metadata"]["uid"]
+        for p in out["items"]
+        if p["metadata"]["labels"].get("sro.dev/state") in ("runtime", "device-plugin")
+        and not p["metadata"].get("deletionTimestamp")
+    }
+
+
 def steps_figure(label: str, rec: Record) -> None:
     times = {s: rec.entered(s) for s in UPGRADE_STATES if s in rec.steps}
     start = min(t for t in times.values() if t is not None)
@@ -230,6 +241,7 @@ def test_upgrade_under_a_workload_with_a_pdb_and_an_operator_restart(
         apply(cluster, doc)
     wait_for("the workload running", lambda: running_app_pod(cluster), 120, why=lambda: debug(cluster))
     before = running_app_pod(cluster)
+    operands = operand_uids(cluster)
     t0 = time.monotonic()
     set_version(cluster, "555.0-sim")
     wait_for(
@@ -287,6 +299,11 @@ def test_upgrade_under_a_workload_with_a_pdb_and_an_operator_restart(
     order = [rec.steps[s] for s in UPGRADE_STATES[:8]]  # upgrade-required ... done, every one entered
     assert order == sorted(order), rec.steps
     assert rec.evicted == (f"{APPS}/{before}",)
+    # only what the new driver invalidates was walked again: the device plugin restarted, the
+    # runtime kept running (sro.operator.upgrade.rewalk)
+    now = operand_uids(cluster)
+    assert now["runtime"] == operands["runtime"], (operands, now)
+    assert now["device-plugin"] != operands["device-plugin"], (operands, now)
     # the new leader finished it, and asked exactly once more once the PDB allowed it: the eviction
     # it accepts marks the pod terminating, and a terminating pod is never asked again (a pass may
     # fall between our read and the PDB's deletion: at most one refused request more)

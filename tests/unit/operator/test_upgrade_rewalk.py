@@ -197,7 +197,10 @@ def test_while_the_new_driver_starts_the_other_operands_keep_running() -> None:
         REVALIDATING
     }
     assert plan.node_patches["a"].labels[validated_label(SR)] is None  # not validated meanwhile
-    assert not plan.create_pods and not plan.delete_pods  # nothing walked before the driver is Ready
+    assert not plan.create_pods  # nothing walked before the driver is Ready,
+    # but the verdicts on the old driver go now: each new validation starts as soon as it may
+    assert set(plan.delete_pods) == {vname(DRIVER_VALIDATION), vname(DEVICE_PLUGIN_VALIDATION)}
+    assert all(p.name not in plan.delete_pods for p in OPERANDS)
     [row] = plan.rows
     assert not row.validated and row.failing == DRIVER
 
@@ -206,7 +209,7 @@ def test_the_new_driver_ready_runs_its_validation_first() -> None:
     obs = observe([pod(DRIVER, "driver-new", revision=NEW), *OPERANDS, *OLD_CHECKS])
     plan = reconcile(obs, NS, NOW)
     # the old validation (other inputs) is deleted; its new one follows once it is gone
-    assert plan.delete_pods == (vname(DRIVER_VALIDATION),)
+    assert set(plan.delete_pods) == {vname(DRIVER_VALIDATION), vname(DEVICE_PLUGIN_VALIDATION)}
     assert PLUGIN_UID not in {p for p in plan.delete_pods}  # the plugin waits for the validation
     after = labels(plan)
     assert after[DRIVER] == READY and after[DEVICE_PLUGIN] == REVALIDATING and after[RUNTIME] == READY
@@ -219,7 +222,8 @@ def test_the_driver_validated_restarts_the_plugin_of_before_and_nothing_else() -
     pods = [pod(DRIVER, "driver-new", revision=NEW), *OPERANDS, OLD_CHECKS[1]]
     pods.append(validation(observe(pods), DRIVER_VALIDATION))
     plan = reconcile(observe(pods), NS, NOW)
-    assert plan.delete_pods == (f"{DEVICE_PLUGIN}-{PLUGIN_UID}",)  # the runtime and exporter stay
+    # the plugin of before restarts (with the old workload verdict); the runtime and exporter stay
+    assert set(plan.delete_pods) == {f"{DEVICE_PLUGIN}-{PLUGIN_UID}", vname(DEVICE_PLUGIN_VALIDATION)}
     after = labels(plan)
     assert after[DRIVER_VALIDATION] == READY and after[DEVICE_PLUGIN] == REVALIDATING
     assert after[DEVICE_PLUGIN_VALIDATION] == REVALIDATING and after[MONITORING] == READY

@@ -80,6 +80,7 @@ class Observer:
         self.containers_looked = 0  # container looks made (a run with none checked no device)
         self.errors: list[str] = []  # what the observer could not look at (kept for the report)
         self._client = Client()
+        self._watch_client = Client()  # the watches' own connections, closed by stop()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -111,18 +112,22 @@ class Observer:
         watches: list[
             tuple[str, Callable[[], Iterator[tuple[str, Any]]], Callable[[str, dict[str, Any]], None]]
         ] = [
-            ("nodes", lambda: self._client.watch(Node), self._on_node),
-            ("workload pods", lambda: self._client.watch(Pod, namespace=self.workload_ns), self._on_pod),
+            ("nodes", lambda: self._watch_client.watch(Node), self._on_node),
+            (
+                "workload pods",
+                lambda: self._watch_client.watch(Pod, namespace=self.workload_ns),
+                self._on_pod,
+            ),
             (
                 "the PDB",
-                lambda: self._client.watch(
+                lambda: self._watch_client.watch(
                     PodDisruptionBudget, namespace=self.workload_ns, fields={"metadata.name": self.pdb}
                 ),
                 self._on_pdb,
             ),
             (
                 "operator pods",
-                lambda: self._client.watch(Pod, namespace=self.operator_ns, labels=OPERATOR_LABEL),
+                lambda: self._watch_client.watch(Pod, namespace=self.operator_ns, labels=OPERATOR_LABEL),
                 self._on_operator_pod,
             ),
         ]
@@ -132,9 +137,10 @@ class Observer:
 
     def stop(self) -> list[Violation]:
         self._stop.set()
-        for t in self._threads:
-            t.join(timeout=LOOK_S * 3)
+        self._threads[-1].join(timeout=90)  # the looks (a log read may take its 30 s)
         self._look_once(time.time())  # what happened since the last look
+        # the watches end when their connections do (they wait for the next event otherwise)
+        self._watch_client.close()
         return self.violations()
 
     def violations(self) -> list[Violation]:

@@ -21,8 +21,9 @@ until the node's allocatable is back (the plugin announced the device); `kubectl
 Deployment's new pod Running. Each kubectl call is a process start, as by hand; polls are 0.2 s in
 both. The person's reaction time is not counted: the floor starts with the fault, as sro does.
 
-Runs alternate (operator, floor, floor, operator, ...); medians over SRO_BENCH_REMEDIATION_RUNS
-runs (default 3), with the spread (min–max). Needs root and the local cluster; installs sro
+Runs alternate (operator, floor, floor, operator, ...): run i of each side is pair i; SRO_BENCH_PAIRS
+pairs (default 5); a figure is the median with the spread (min–max) of the per-pair ratios, the
+total's goal at most 1.0x. Needs root and the local cluster; installs sro
 (idempotent) and leaves it installed; leaves no SpecialResource, namespace, fault or cordon of its
 own behind. Run it alone on the cluster (`flock /tmp/sro-cluster.lock python -m benchmarks
 remediation`).
@@ -56,14 +57,14 @@ from benchmarks.bench_operator import (
     _pod_done,
     _poll_until,
 )
-from benchmarks.harness import Figure
+from benchmarks.harness import PAIRS, Figure, paired_figure
 from sro.api.names import validated_label
 from sro.api.recipes import SIMULATED_GPU
 from sro.devices.driverstate import read_faults, read_inventory
 from sro.local.layout import BUSYBOX_IMAGE
 from sro.operator.remediation.record import CORDONED, DONE, EVICTING, WAITING, Record, remediation_annotation
 
-RUNS = int(os.environ.get("SRO_BENCH_REMEDIATION_RUNS", "3"))
+RUNS = PAIRS
 APPS = "sro-bench-remediation"
 APP = "bench-gpu-work"
 DRIVER_ROOT = Path(SIMULATED_GPU.driver_root)
@@ -424,25 +425,26 @@ def run() -> list[Figure]:
             if client.get(Node, node).spec.unschedulable:  # type: ignore[union-attr]
                 cluster.kubectl("uncordon", node, check=False)  # ours (a by-hand run cut short)
     _print(ops, floors)
-    med = statistics.median
     figures = [
-        Figure(
+        paired_figure(
             "REMEDIATION: Xid 79 on a held GPU -> node back in service (simulated-gpu, reset-device)",
-            med(r.total for r in ops),
-            med(r.total for r in floors),
             "s",
             "the same steps by hand with kubectl",
-            TARGET,
+            [r.total for r in ops],
+            [r.total for r in floors],
+            goal=1.0,
+            target=TARGET,
         )
     ]
     for s in STEPS:
         figures.append(
-            Figure(
+            paired_figure(
                 f"remediation step {s}",
-                med(r.steps[s] for r in ops),
-                med(r.steps[s] for r in floors),
                 "s",
                 FLOOR_WHAT[s],
+                [r.steps[s] for r in ops],
+                [r.steps[s] for r in floors],
+                goal=None,
             )
         )
     return figures

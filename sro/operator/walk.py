@@ -59,9 +59,13 @@ def walk(
             revalidating.append(state.name)
             # its verdict on the old driver goes now, so its new pod starts as soon as it may
             if isinstance(state, ValidationState):
-                old = state.current(ctx, node.name, pods)
-                if old is not None and not old.deleting and old.phase in ("Succeeded", "Failed"):
-                    deletes.append(old.name)
+                verdict_pod = state.current(ctx, node.name, pods)
+                if (
+                    verdict_pod is not None
+                    and not verdict_pod.deleting
+                    and verdict_pod.phase in ("Succeeded", "Failed")
+                ):
+                    deletes.append(verdict_pod.name)
             continue
         if rewalked and again is not None:
             deletes.extend(

@@ -52,6 +52,7 @@ class Outcome:
     rss_peak_mib: float = 0.0
     started_at: float = 0.0  # time.time() at the campaign's start (violations' `at` is epoch)
     errors: list[str] = field(default_factory=list)  # an injector that raised, a set-up step
+    notes: list[str] = field(default_factory=list)  # what the observer could not look at (not failures)
 
     @property
     def convergences(self) -> list[float]:
@@ -117,6 +118,7 @@ def fault_log(o: Outcome) -> list[str]:
     for v in o.violations:
         lines.append(f"  {v.at - o.started_at:7.1f}          VIOLATION {v.kind}: {v.detail}")
     lines += [f"  ERROR {e}" for e in o.errors]
+    lines += [f"  note: {n}" for n in o.notes]
     return lines
 
 

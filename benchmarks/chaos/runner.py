@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -257,6 +258,7 @@ def campaign(
     plan = schedule(seed, minutes, kinds)
     outcome = Outcome(seed, minutes, kinds, plan, bound_s=bound_s)
     cluster = LocalCluster.default()
+    os.environ.setdefault("KUBECONFIG", str(cluster.kubeconfig))  # the observer's clients
     image = ensure_sro_image(cluster, progress)
     try:
         set_up(cluster, image, progress)
@@ -269,12 +271,15 @@ def campaign(
             last_end = outcome.started_at + (outcome.faults[-1].ended_s if outcome.faults else 0.0)
             outcome.final_converged_s = wait_converged(observer, last_end, bound_s)
             progress(f"converged after the last fault: {outcome.final_converged_s}")
+            if outcome.final_converged_s is None and hasattr(observer, "why_not_converged"):
+                outcome.errors.append(f"not converged within {bound_s:g} s: {observer.why_not_converged()}")
             if outcome.final_converged_s is not None:
                 outcome.violations += observer.final_checks()
         finally:
             outcome.violations += observer.stop()
             outcome.operator_restarts = observer.operator_restarts
             outcome.rss_peak_mib = observer.rss_peak_mib
+            outcome.notes += [f"observer: {e}" for e in getattr(observer, "errors", [])]
     except Exception as e:  # set-up or the observer: the report says so, the tear-down still runs
         outcome.errors.append(f"{type(e).__name__}: {e}")
     finally:

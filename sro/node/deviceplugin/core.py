@@ -23,6 +23,8 @@ from sro.node.deviceplugin.allocation import ContainerAllocation, MountSpec
 from sro.node.deviceplugin.announcing import ResourcePlan, Unit
 from sro.node.deviceplugin.config import PluginConfig
 
+ANSWERS_KEPT = 4096  # distinct device sets whose allocation is remembered (bounded: cleared when full)
+
 
 class HealthBoard:
     def __init__(self, tracker: HealthTracker, clock: Callable[[], float] = time.monotonic) -> None:
@@ -100,6 +102,7 @@ class ResourceCore:
         self.config = config
         self.board = board
         self.driver_files = tuple(driver_files)
+        self._answers: dict[tuple[str, ...], ContainerAllocation] = {}  # see allocate
 
     @property
     def resource(self) -> str:
@@ -109,15 +112,26 @@ class ResourceCore:
         return [DeviceState(a.id, self.board.healthy(a.unit), a.unit.numa_node) for a in self.plan.devices]
 
     def allocate(self, requests: Sequence[Sequence[str]]) -> list[ContainerAllocation]:
-        """One allocation per container request; AllocationError if any request is refused."""
+        """One allocation per container request; AllocationError if any request is refused.
+
+        Every request is validated against the board at call time; what a valid request gets is a
+        pure function of its ids and this core's fixed plan, recipe, config and driver files, so
+        it is built once per distinct id list and the same (frozen) answer returned after that:
+        the kubelet asks for the same few device sets again and again.
+        """
         out = []
         for ids in requests:
             announced = allocation.validate(ids, self.plan, self.board.healthy, self.config)
-            out.append(
-                allocation.container_allocation(
+            key = tuple(ids)
+            answer = self._answers.get(key)
+            if answer is None:
+                answer = allocation.container_allocation(
                     announced, self.plan, self.recipe, self.config, self.driver_files
                 )
-            )
+                if len(self._answers) >= ANSWERS_KEPT:
+                    self._answers.clear()
+                self._answers[key] = answer
+            out.append(answer)
         return out
 
     def preferred(self, available: Sequence[str], must: Sequence[str], size: int) -> list[str]:

@@ -66,23 +66,40 @@ def kube_config(kubeconfig: str | os.PathLike[str] | None = None) -> KubeConfig:
         ) from e
 
 
-def sync_client(kubeconfig: str | os.PathLike[str] | None = None, timeout: float = 30) -> Client:
+def _identify(http: httpx.Client | httpx.AsyncClient, user_agent: str | None) -> None:
+    """Send `user_agent` with every request (the API server's audit log names the writer by it);
+    None keeps the library's own. The field manager is not touched: see `sro.operator.identity`."""
+    if user_agent:
+        http.headers["User-Agent"] = user_agent
+
+
+def sync_client(
+    kubeconfig: str | os.PathLike[str] | None = None, timeout: float = 30, user_agent: str | None = None
+) -> Client:
     config = kube_config(kubeconfig)
     try:
-        return Client(config=config, field_manager=FIELD_MANAGER, timeout=httpx.Timeout(timeout))
+        client = Client(config=config, field_manager=FIELD_MANAGER, timeout=httpx.Timeout(timeout))
     except (ConfigError, OSError, ValueError) as e:  # no such context, a certificate file missing
         raise KubeConfigError(f"kubeconfig {config.fname or 'in-cluster'}: {one_line(e)}; {HINT}") from e
+    _identify(client._client._client, user_agent)
+    return client
 
 
-def async_client(kubeconfig: str | os.PathLike[str] | None = None, timeout: float = 30) -> AsyncClient:
+def async_client(
+    kubeconfig: str | os.PathLike[str] | None = None, timeout: float = 30, user_agent: str | None = None
+) -> AsyncClient:
     config = kube_config(kubeconfig)
     try:
-        return AsyncClient(config=config, field_manager=FIELD_MANAGER, timeout=httpx.Timeout(timeout))
+        client = AsyncClient(config=config, field_manager=FIELD_MANAGER, timeout=httpx.Timeout(timeout))
     except (ConfigError, OSError, ValueError) as e:
         raise KubeConfigError(f"kubeconfig {config.fname or 'in-cluster'}: {one_line(e)}; {HINT}") from e
+    _identify(lightkube_http(client), user_agent)
+    return client
 
 
-def async_http(kubeconfig: str | os.PathLike[str] | None = None, timeout: float = 30) -> httpx.AsyncClient:
+def async_http(
+    kubeconfig: str | os.PathLike[str] | None = None, timeout: float = 30, user_agent: str | None = None
+) -> httpx.AsyncClient:
     """A bare HTTP client for the same API server and credentials as `async_client`: for the watches
     that keep the operator's cache (`sro.kube.reflector`), which read JSON without lightkube's models."""
     config = kube_config(kubeconfig)
@@ -90,9 +107,11 @@ def async_http(kubeconfig: str | os.PathLike[str] | None = None, timeout: float 
         single = config.get()
         if single is None:
             raise ConfigError("no current context")
-        return adapter.AsyncClient(single, adapter.ConnectionParams(timeout=httpx.Timeout(timeout)))
+        http = adapter.AsyncClient(single, adapter.ConnectionParams(timeout=httpx.Timeout(timeout)))
     except (ConfigError, OSError, ValueError) as e:
         raise KubeConfigError(f"kubeconfig {config.fname or 'in-cluster'}: {one_line(e)}; {HINT}") from e
+    _identify(http, user_agent)
+    return http
 
 
 def request_kind(method: str, path: str, watch: bool) -> tuple[str, str]:

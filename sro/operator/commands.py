@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -60,13 +59,16 @@ async def _run(namespace: str, image: str, metrics_port: int, health_port: int, 
     from sro.operator.cluster.cache import ClusterCache
     from sro.operator.cluster.specialresources import SpecialResourceIO
     from sro.operator.handlers import Operator, build_registry
+    from sro.operator.identity import replica_name, user_agent
     from sro.operator.nfd_handlers import register as register_nodefeaturerules
     from sro.operator.openshift_handlers import register as register_openshift
 
-    client = async_client()
+    # one name for this replica: the Lease's holderIdentity and every request's User-Agent
+    identity = replica_name()
+    agent = user_agent(identity)
+    client = async_client(user_agent=agent)
     if metrics_port:
         metrics.serve(metrics_port)
-    identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
     election = LeaderElection(KubeLease(client, namespace, LEASE_NAME), identity)
     if elect:
         # a standby is healthy too: answer the liveness probe until kopf takes the port over
@@ -78,7 +80,7 @@ async def _run(namespace: str, image: str, metrics_port: int, health_port: int, 
                 standby.close()
                 await standby.wait_closed()
     metrics.LEADER.set(1)
-    http = async_http()
+    http = async_http(user_agent=agent)
     for counted in (http, lightkube_http(client)):
         count_requests(counted, lambda verb, resource: metrics.API_REQUESTS.labels(verb, resource).inc())
     cache = ClusterCache(http, namespace)

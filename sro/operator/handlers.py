@@ -27,6 +27,7 @@ from sro.api.names import GROUP, PLURAL, READY, SPECIALRESOURCE_LABEL, VERSION
 from sro.operator import metrics, teardown
 from sro.operator.admission import Refusal, refusal_plan
 from sro.operator.cluster.specialresources import SpecialResourceIO
+from sro.operator.identity import identified
 from sro.operator.nodewatch import NodeWatch
 from sro.operator.observed import SpecialResourceInfo, sr_from_json
 from sro.operator.plan import Plan
@@ -198,9 +199,10 @@ def build_registry(op: Operator) -> kopf.OperatorRegistry:
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        # kopf's writes (finalizers, its annotations) name this replica too (sro.operator.identity)
         if os.environ.get("KUBECONFIG"):
-            return kopf.login_with_kubeconfig(**kwargs)
-        return in_cluster_login() or kopf.login_with_kubeconfig(**kwargs)
+            return identified(kopf.login_with_kubeconfig(**kwargs))
+        return identified(in_cluster_login() or kopf.login_with_kubeconfig(**kwargs))
 
     @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, cancellation_backoff=3, cancellation_timeout=10)
     async def walk_states(name: str, stopped: kopf.DaemonStopped, **_: Any) -> None:

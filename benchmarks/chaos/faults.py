@@ -21,9 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.bench_operator import LEASE, _operator_process
+from benchmarks.chaos.hostlooks import operator_pids
 from sro.api.names import (
     NAMESPACE,
+    OPERATOR_LEASE,
     SPECIALRESOURCE_LABEL,
     STATE_LABEL,
     not_ready_taint,
@@ -77,7 +78,7 @@ def _pods(t: Target, *selector: str) -> list[dict[str, Any]]:
 
 
 def _leader_pod(t: Target) -> dict[str, Any]:
-    holder = t.get("lease", "-n", NAMESPACE, LEASE).get("spec", {}).get("holderIdentity", "")
+    holder = t.get("lease", "-n", NAMESPACE, OPERATOR_LEASE).get("spec", {}).get("holderIdentity", "")
     return t.get("pod", "-n", NAMESPACE, holder) if holder else {}
 
 
@@ -95,14 +96,18 @@ def leader_stopped(t: Target, p: Params) -> str:
     pod = _leader_pod(t)
     if not pod:
         return "no leader to stop"
-    pid = _operator_process(pod["metadata"]["uid"])
+    pids = operator_pids([pod["metadata"]["uid"]])
+    if not pids:
+        return f"no operator process of {pod['metadata']['name']} on this machine"
     stop_s = float(p.get("stop_s", 25))
-    os.kill(pid, signal.SIGSTOP)
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
     try:
         time.sleep(stop_s)
     finally:
-        os.kill(pid, signal.SIGCONT)
-    return f"SIGSTOP leader {pod['metadata']['name']} (pid {pid}) for {stop_s:.1f} s, then SIGCONT"
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    return f"SIGSTOP leader {pod['metadata']['name']} (pid {pids}) for {stop_s:.1f} s, then SIGCONT"
 
 
 # ---- operands --------------------------------------------------------------------------------------
@@ -153,18 +158,7 @@ def component_restarted(t: Target, p: Params) -> str:
     comp = str(p["component"])
     t0 = time.monotonic()
     out = t.sro("local", "restart", comp, timeout=240)
-    if out.returncode == 2 and "No such command" in out.stderr:
-        _restart_directly(t.cluster, comp)  # a checkout from before `sro local restart`
     return f"restarted {comp} in {time.monotonic() - t0:.1f} s: {_first_line(out)}"
-
-
-def _restart_directly(cluster: LocalCluster, name: str) -> None:
-    from sro.local import supervisor
-
-    comp = next(c for c in cluster._components(cluster.layout.bin) if c.name == name)
-    supervisor.stop(cluster.layout, name)
-    supervisor.start(cluster.layout, comp)
-    cluster._wait_healthy(comp, lambda _: None)
 
 
 def device_fault(t: Target, p: Params) -> str:

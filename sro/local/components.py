@@ -7,6 +7,7 @@ place and lets a unit test check, say, that the admission plugins the issue asks
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -43,8 +44,8 @@ ADMISSION_PLUGINS = (
 # an eviction is accepted once). Rules apply first match first.
 # - the operator's Lease (`sro-operator`) at Request level: its writes carry holderIdentity (a renewal, a
 #   take-over, a release to none), which Metadata does not show;
-# - the nodes' heartbeats (their Leases in kube-node-lease, every 10 s per node, hundreds with hollow
-#   nodes) and Events: left out, they would be most of the log and say nothing about who acted;
+# - the nodes' heartbeats (their Leases in kube-node-lease, every 10 s per node, from hollow and
+#   simulated nodes too) and Events: left out, they would be most of the log and say nothing about who acted;
 # - every other write on every resource and subresource (pods/eviction creates, nodes/status patches)
 #   at Metadata level: verb, user, user agent, object, response code.
 AUDIT_WRITES = ("create", "update", "patch", "delete", "deletecollection")
@@ -60,11 +61,7 @@ AUDIT_POLICY = {
                 {"group": "coordination.k8s.io", "resources": ["leases"], "resourceNames": [OPERATOR_LEASE]}
             ],
         },
-        {
-            "level": "None",
-            "userGroups": ["system:nodes"],
-            "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}],
-        },
+        {"level": "None", "namespaces": ["kube-node-lease"]},
         {"level": "None", "resources": [{"group": "", "resources": ["events"]}]},
         {"level": "None", "resources": [{"group": "events.k8s.io", "resources": ["events"]}]},
         {"level": "Metadata", "verbs": list(AUDIT_WRITES)},
@@ -72,6 +69,15 @@ AUDIT_POLICY = {
     ],
 }
 AUDIT_LOG_MAX_MB = 50
+
+
+def audit_policy_file(layout: Layout) -> tuple[Path, str]:
+    """Where the policy is written, and its text. The name carries the text's hash: the API server
+    reads the policy only at start, and `up` restarts it when its command line changes."""
+    text = yaml.safe_dump(AUDIT_POLICY, sort_keys=False)
+    return layout.config / f"audit-policy-{hashlib.sha256(text.encode()).hexdigest()[:10]}.yaml", text
+
+
 AUDIT_LOG_BACKUPS = 2
 
 
@@ -247,6 +253,7 @@ def components(
     """Every daemon, in start order (each depends only on those before it); `cdi`: containerd reads
     CDI specs (>= 1.7, see containerdversion)."""
     pki, p, cfg = layout.pki, layout.ports, layout.config
+    policy_path, policy_text = audit_policy_file(layout)
     api = f"https://127.0.0.1:{p.apiserver}"
 
     def kc(component: str, cert: str, user: str) -> tuple[Path, str]:
@@ -324,7 +331,7 @@ def components(
             "--authorization-mode=Node,RBAC",
             f"--enable-admission-plugins={','.join(ADMISSION_PLUGINS)}",
             "--allow-privileged=true",
-            f"--audit-policy-file={layout.audit_policy}",
+            f"--audit-policy-file={policy_path}",
             f"--audit-log-path={layout.audit_log}",
             "--audit-log-format=json",
             f"--audit-log-maxsize={AUDIT_LOG_MAX_MB}",
@@ -332,7 +339,7 @@ def components(
             "--v=1",
         ),
         Health(url=f"https://127.0.0.1:{p.apiserver}/readyz", tls=True),
-        files={layout.audit_policy: yaml.safe_dump(AUDIT_POLICY, sort_keys=False)},
+        files={policy_path: policy_text},
         ports=(p.apiserver,),
     )
     controller_manager = Component(

@@ -92,10 +92,6 @@ class Layout:
         return self.logs / "kube-apiserver-audit.log"
 
     @property
-    def audit_policy(self) -> Path:
-        return self.config / "audit-policy.yaml"
-
-    @property
     def run(self) -> Path:
         return self.state / "run"  # pid files
 

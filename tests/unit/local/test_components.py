@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from sro.api.names import RUNTIME_LAUNCHER
@@ -110,3 +111,16 @@ def test_apiserver_audits_writes_to_the_layouts_log_with_rotation(tmp_path: Path
     assert "resources" not in writes, "every resource and subresource (pods/eviction) is audited"
     assert rules[-1] == {"level": "None"}, "reads and watches are not logged"
     assert all(r["level"] == "None" for r in rules[1:] if r is not writes), "only writes are logged"
+    assert {"level": "None", "namespaces": ["kube-node-lease"]} in rules[: rules.index(writes)]
+
+
+def test_a_changed_audit_policy_changes_the_api_servers_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API server reads its policy only at start; `up` restarts it when its argv changes."""
+    from sro.local import components as comps
+
+    before = _flag(_by_name(tmp_path)["kube-apiserver"].argv, "audit-policy-file")  # type: ignore[attr-defined]
+    monkeypatch.setitem(comps.AUDIT_POLICY, "rules", [{"level": "None"}])
+    after = _flag(_by_name(tmp_path)["kube-apiserver"].argv, "audit-policy-file")  # type: ignore[attr-defined]
+    assert before != after and Path(after).parent == Path(before).parent

@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from benchmarks.bench_operator import _install
 from benchmarks.chaos.faults import INJECTORS, Target
 from benchmarks.chaos.report import FaultRecord, Outcome, ViolationLike
 from benchmarks.chaos.schedule import schedule
@@ -146,7 +145,11 @@ def _workload_running(cluster: LocalCluster) -> bool:
 
 def set_up(cluster: LocalCluster, image: str, progress: Progress) -> None:
     progress(f"installing sro ({image})")
-    _install(cluster.kubeconfig, image)
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+    argv = [sys.executable, "-m", "sro", "install", "--image", image, "--timeout", "240"]
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"sro install failed: {out.stderr.strip() or out.stdout.strip()}")
     cluster.kubectl(
         "delete", "namespace", APPS, "--ignore-not-found", "--timeout=120s", check=False, timeout=150
     )

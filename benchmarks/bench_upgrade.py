@@ -56,7 +56,14 @@ from benchmarks.bench_operator import (
     _remove_floor_namespace,
 )
 from benchmarks.harness import PAIRS, Figure, paired, paired_figure
-from sro.api.names import DEVICE_PLUGIN_VALIDATION, DRIVER_VALIDATION, upgrade_state_label, validated_label
+from sro.api.names import (
+    DEVICE_PLUGIN_VALIDATION,
+    DRIVER_REVISION_LABEL,
+    DRIVER_VALIDATION,
+    driver_revision_label,
+    upgrade_state_label,
+    validated_label,
+)
 from sro.api.specparsing import parse_spec
 from sro.local.layout import BUSYBOX_IMAGE
 from sro.operator.admission import resolve_recipe
@@ -150,8 +157,16 @@ def _operator_run(cluster: Any, client: Client, version: str) -> Run:
         if state in (CORDONED, DRIVER_REPLACED, VALIDATED, DONE) or seen:
             seen.setdefault(state, now)
         if DRIVER_REPLACED in seen and "driver" not in seen:
+            # the new revision's driver pod (the old one may still be Ready while it stops)
+            revision = labels.get(driver_revision_label(SR), "")
             pods = client.list(
-                Pod, namespace="sro-system", labels={"sro.dev/specialresource": SR, "sro.dev/state": "driver"}
+                Pod,
+                namespace="sro-system",
+                labels={
+                    "sro.dev/specialresource": SR,
+                    "sro.dev/state": "driver",
+                    DRIVER_REVISION_LABEL: revision,
+                },
             )
             if any(_pod_done(p, node) for p in pods):
                 seen["driver"] = now

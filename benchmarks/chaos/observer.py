@@ -100,6 +100,9 @@ class Observer:
         self._disruptions: list[inv.Disruption] = []
         self._lease_events: list[audit.AuditEvent] = []
         self._audit_offset = 0
+        # sro's writes are known by a replica's user agent, or by the operator's service account
+        # (an operator image from before the user agent named its replica)
+        self._operator_user = f"system:serviceaccount:{operator_ns}:sro-operator"
 
     # ---- the API --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -325,7 +328,8 @@ class Observer:
             lease = e.resource == "leases" and e.name == OPERATOR_LEASE
             if e.is_write and (lease or e.replica is not None):
                 self._lease_events.append(e)
-            if e.replica is None or e.resource != "pods" or not e.accepted:
+            ours = e.replica is not None or e.user == self._operator_user
+            if not ours or e.resource != "pods" or not e.accepted:
                 continue
             if e.verb == "create" and e.subresource == "eviction" and e.code in (200, 201):
                 self._disruptions.append(self._disruption(e, "evict"))

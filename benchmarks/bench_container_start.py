@@ -29,6 +29,7 @@ start, and their goals (against one Python start) are bench_hook's. Needs root, 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import statistics
@@ -212,19 +213,24 @@ def run() -> list[Figure]:
         if created_ns:
             cluster.kubectl("delete", "namespace", NS, "--wait=false", check=False)
 
+    tick = 1000 / os.sysconf("SC_CLK_TCK")
     figures = []
     for case in cases[1:]:
-        figures.append(
-            paired_figure(
-                f"container start, {case} (pause -> first instruction)",
-                "ms",
-                "none: no device, default runtime",
-                samples[case][0],
-                samples["none"][0],
-                goal=1.0 if case == "cdi" else None,
-                target="<= 1.0x none (no sro code runs)" if case == "cdi" else "its goal: bench_hook's",
-            )
+        fig = paired_figure(
+            f"container start, {case} (pause -> first instruction)",
+            "ms",
+            "none: no device, default runtime",
+            samples[case][0],
+            samples["none"][0],
+            goal=1.0 if case == "cdi" else None,
+            target="<= 1.0x none (no sro code runs)" if case == "cdi" else "its goal: bench_hook's",
         )
+        if fig.met is False and fig.value - fig.baseline <= tick:
+            # the pause process's start time is in clock ticks: a difference of one tick is noise
+            why = (f"the medians differ by {fig.value - fig.baseline:.0f} ms, within one clock tick ({tick:.0f} ms),"
+                   " the resolution of the pause process's start time this span is read from")  # fmt: skip
+            fig = dataclasses.replace(fig, why=why)
+        figures.append(fig)
     for case in cases[1:]:
         figures.append(
             paired_figure(

@@ -78,3 +78,12 @@ def test_paired_timings_keeps_one_batch_per_side_per_pair_in_alternating_order()
     # each batch is its warm-up call plus per_pair timed calls; the sides alternate which goes first
     assert "".join(order) == "mmmbbbbbbmmmmmmbbb"
     assert all(t >= 0 for batch in ms + bs for t in batch)
+
+
+def test_a_bad_pairs_setting_is_one_line_not_a_traceback() -> None:
+    from benchmarks.harness import _pairs
+
+    assert _pairs("7") == 7
+    for bad in ("0", "-1", "five", ""):
+        with pytest.raises(SystemExit, match="SRO_BENCH_PAIRS must be"):
+            _pairs(bad)

@@ -2,8 +2,11 @@
 
 `python -m benchmarks [NAME ...] [--json PATH]` runs the modules whose name contains a NAME (all
 without one), prints one table — value, baseline, median ratio, spread of the per-pair ratios,
-target, met — and writes the same with the machine's facts to benchmarks/results/latest.json, so
-that `python -m benchmarks compare A.json B.json` can tell two runs apart. Unmet goals do not fail
+target, met — and writes the same with the machine's facts to benchmarks/results/latest.json (a
+run of some writes `<names>.json` beside it, so it does not replace the whole report), so that
+`python -m benchmarks compare A.json B.json` can tell two runs apart; `python -m benchmarks report
+A.json B.json ... [--json OUT]` prints the one table of benchmarks run apart (the cluster ones run
+one at a time), a later report's figure replacing an earlier one's. Unmet goals do not fail
 the run (it is a report, with a summary line); a benchmark module that crashes does, after the rest
 have run and the report is written.
 """
@@ -72,7 +75,7 @@ def _table(figures: list[Figure]) -> Table:
     return table
 
 
-def run(names: list[str], json_path: Path) -> int:
+def run(names: list[str], json_path: Path | None) -> int:
     all_modules = sorted(
         m.name for m in pkgutil.iter_modules(benchmarks.__path__) if m.name.startswith("bench_")
     )
@@ -81,7 +84,7 @@ def run(names: list[str], json_path: Path) -> int:
         known = ", ".join(m.removeprefix("bench_") for m in all_modules)
         print(f"benchmarks: no benchmark matches {' '.join(names)} (known: {known})")
         return 2
-    console = Console() if Console().is_terminal else Console(width=300)  # logs and CI: no wrapping
+    console = _console()
     started = datetime.datetime.now(datetime.UTC)
     load_start = os.getloadavg()
     figures: list[Figure] = []
@@ -93,32 +96,76 @@ def run(names: list[str], json_path: Path) -> int:
         except Exception as e:  # one broken benchmark must not lose the others' figures
             traceback.print_exc()
             errors[name] = f"{type(e).__name__}: {e}"
+    _show(console, figures, errors)
+    doc = reporting.document(figures, _facts(modules, load_start, started), errors)
+    if json_path is None:  # a run of some benchmarks does not replace the report of all of them
+        json_path = (
+            LATEST if modules == all_modules else LATEST.with_name(f"{'+'.join(_short(modules))}.json")
+        )
+    _write(console, doc, json_path)
+    return 1 if errors else 0
+
+
+def _short(modules: list[str]) -> list[str]:
+    return [m.removeprefix("bench_") for m in modules]
+
+
+def _show(console: Console, figures: list[Figure], errors: dict[str, str]) -> None:
     console.print(_table(figures))
     for line in reporting.explanations(figures):
         console.print(f"  explained — {line}", highlight=False)
     for name, err in errors.items():
         console.print(f"  FAILED {name}: {err}", highlight=False)
     console.print(reporting.summary(figures), highlight=False)
-    doc = reporting.document(figures, _facts(modules, load_start, started), errors)
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(doc, indent=2) + "\n")
-    console.print(f"written to {json_path}", highlight=False)
-    return 1 if errors else 0
+
+
+def _write(console: Console, doc: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
+    console.print(f"written to {path}", highlight=False)
+
+
+def report(paths: list[str], json_path: Path | None) -> int:
+    """`python -m benchmarks report A.json B.json ...`: the one table of reports run apart."""
+    if not paths:
+        print("usage: python -m benchmarks report REPORT.json ... [--json OUT]")
+        return 2
+    docs = []
+    for p in paths:
+        try:
+            doc = json.loads(Path(p).read_text())
+            compare.figures(doc)  # refuses what is not a report
+        except (OSError, ValueError) as e:
+            print(f"report: {p}: {getattr(e, 'strerror', None) or e}")
+            return 2
+        docs.append((p, doc))
+    merged = reporting.merge(docs)
+    console = _console()
+    figures = [reporting.figure_from(r) for r in merged["figures"]]
+    _show(console, figures, merged["errors"])
+    if json_path is not None:
+        _write(console, merged, json_path)
+    return 0
+
+
+def _console() -> Console:
+    return Console() if Console().is_terminal else Console(width=300)  # logs and CI: no wrapping
 
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["compare"]:
         return compare.main(argv[1:])
-    if argv[:1] == ["chaos"]:  # the fault campaign: its own flags, never part of a plain run
-        from benchmarks.chaos.__main__ import main as chaos
-
-        return chaos(argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=(__doc__ or "").split("\n")[0])
     parser.add_argument("names", nargs="*", help="run only the benchmarks whose name contains one of these")
     parser.add_argument(
-        "--json", type=Path, default=LATEST, help=f"where to write the JSON report ({LATEST})"
+        "--json",
+        type=Path,
+        default=None,
+        help=f"where to write the JSON report (default {LATEST} for all, <names>.json beside it for some)",
     )
     args = parser.parse_args(argv)
+    if args.names[:1] == ["report"]:
+        return report(args.names[1:], args.json)
     return run(args.names, args.json)
 
 

@@ -101,3 +101,38 @@ def document(
         "figures": [record(f) for f in figures],
         "errors": dict(errors or {}),
     }
+
+
+def _num_or_inf(x: Any) -> float:
+    return float("inf") if x is None else float(x)
+
+
+def figure_from(rec: Mapping[str, Any]) -> Figure:
+    """A figure back from its JSON record (null numbers were infinite)."""
+    return Figure(
+        rec["name"],
+        _num_or_inf(rec["value"]),
+        _num_or_inf(rec["baseline"]),
+        rec["unit"],
+        rec["baseline_name"],
+        rec.get("target", ""),
+        ratios=tuple(_num_or_inf(r) for r in rec.get("ratios", ())),
+        goal=rec.get("goal"),
+        why=rec.get("why", ""),
+        measured_runs=tuple(rec.get("measured_runs", ())),
+        baseline_runs=tuple(rec.get("baseline_runs", ())),
+    )
+
+
+def merge(docs: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
+    """One report from several (benchmarks run apart, e.g. the cluster ones one at a time): a figure
+    of a later report replaces the same-named one of an earlier; each report's machine facts kept."""
+    figures: dict[str, Figure] = {}
+    errors: dict[str, str] = {}
+    for _, doc in docs:
+        for rec in doc["figures"]:
+            figures.pop(rec["name"], None)  # the later one goes where it ran, at the end
+            figures[rec["name"]] = figure_from(rec)
+        errors.update(doc.get("errors", {}))
+    facts = {"merged_from": [{"file": path, **doc.get("machine", {})} for path, doc in docs]}
+    return document(list(figures.values()), facts, errors)

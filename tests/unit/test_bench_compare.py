@@ -104,3 +104,18 @@ def test_report_status_summary_and_explanations() -> None:
     rec = reporting.record(figs[2])
     assert rec["ratios"] == [3.0] and rec["spread"] == [3.0, 3.0] and rec["status"] == "explained"
     assert rec["measured_runs"] == [30.0] and rec["baseline_runs"] == [10.0]
+
+
+def test_a_record_reads_back_as_the_same_figure() -> None:
+    f = paired_figure("x", "ms", "floor", [30.0, 10.0], [10.0, 0.0], goal=1.5, why="a floor")
+    back = reporting.figure_from(json.loads(json.dumps(reporting.record(f))))
+    assert back == f  # the infinite per-pair ratio went out as null and came back infinite
+
+
+def test_merge_keeps_the_later_run_of_a_figure_and_every_machine() -> None:
+    a = _doc(Figure("x", 1.0, 1.0, "s", "b"), Figure("y", 2.0, 1.0, "s", "b"))
+    b = _doc(Figure("x", 3.0, 1.0, "s", "b"))
+    merged = reporting.merge([("a.json", a), ("b.json", b)])
+    assert [(r["name"], r["ratio"]) for r in merged["figures"]] == [("y", 2.0), ("x", 3.0)]
+    assert [m["file"] for m in merged["machine"]["merged_from"]] == ["a.json", "b.json"]
+    assert merged["summary"] == "0 of 0 goals met, 0 explained, 0 not met"

@@ -155,6 +155,10 @@ def _console() -> Console:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["compare"]:
         return compare.main(argv[1:])
+    if argv[:1] == ["chaos"]:  # the fault campaign: its own flags, never part of a plain run
+        from benchmarks.chaos.__main__ import main as chaos
+
+        return chaos(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=(__doc__ or "").split("\n")[0])
     parser.add_argument("names", nargs="*", help="run only the benchmarks whose name contains one of these")
     parser.add_argument(

@@ -60,14 +60,49 @@ def test_a_container_asking_is_still_read_and_refused_on_bad_input(tmp_path: Pat
 @pytest.mark.parametrize("a", ["", "/", "/a", "/a/", "a", "a/", "/a//"])
 @pytest.mark.parametrize("b", ["", "x", "/x", "x/y", "rootfs", "../up"])
 def test_join_is_posixpath_join(a: str, b: str) -> None:
-    assert hook._join(a, b) == posixpath.join(a, b)
+    assert hook.path_join(a, b) == posixpath.join(a, b)
 
 
 @pytest.mark.parametrize("path", ["", "/", "a", "/a", "./a", "//a"])
 def test_isabs_is_posixpath_isabs(path: str) -> None:
-    assert hook._isabs(path) == posixpath.isabs(path)
+    assert hook.path_isabs(path) == posixpath.isabs(path)
 
 
 def test_relative_bundle_in_state_is_refused_as_before() -> None:
     with pytest.raises(hook.HookError, match="'bundle' must be an absolute path"):
         hook.read_state(io.BytesIO(b'{"bundle": "relative/dir", "pid": 1}'))
+
+
+def test_an_image_env_var_not_believed_stops_before_os_and_the_injection_code(tmp_path: Path) -> None:
+    """A CUDA image's NVIDIA_VISIBLE_DEVICES=all in an unprivileged container with no allocation:
+    the hook decides "nothing" from activation alone."""
+    (tmp_path / "rootfs").mkdir()
+    config = {"root": {"path": "rootfs"}, "process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"]}}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    rc, modules = _run_hook("prestart", {"bundle": str(tmp_path), "pid": 1})
+    assert rc == 0
+    assert "sro.node.runtime.activation" in modules
+    assert not {"os", "sro.node.runtime.inject", "sro.node.runtime.driverfiles"} & set(modules), modules
+
+
+def test_the_wrapper_passes_such_a_container_to_runc_without_os(tmp_path: Path) -> None:
+    config = {"root": {"path": "rootfs"}, "process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"]}}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    marker = tmp_path / "ran"
+    runc = tmp_path / "runc"
+    runc.write_text(f'#!/bin/sh\necho "$@" > {marker}\n')
+    runc.chmod(0o755)
+    code = (
+        f"import sys; sys.path.insert(0, {package_root()!r});"
+        "from sro.node.runtime import wrapper;"
+        "import posix; real = posix.execv;"
+        "posix.execv = lambda p, a: (print(' '.join(sorted(sys.modules))), sys.stdout.flush(), real(p, a));"
+        "wrapper.main(sys.argv[1:])"
+    )
+    argv = ["--runc", str(runc), "--recipe", "nvidia-gpu", "--", "create", "--bundle", str(tmp_path), "c1"]
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", code, *argv], capture_output=True, check=True)
+    modules = set(out.stdout.decode().split())
+    assert "sro.node.runtime.activation" in modules
+    assert not {"os", "sro.node.runtime.specedits", "sro.node.runtime.driverfiles"} & modules, modules
+    assert marker.read_text().split() == ["create", "--bundle", str(tmp_path), "c1"]
+    assert json.loads((tmp_path / "config.json").read_text()) == config  # untouched

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import IO, Any
 
-    from sro.node.runtime.activation import Access
+    from sro.node.runtime.activation import Access, Request
     from sro.node.runtime.hookrecipes import HookRecipe
     from sro.node.runtime.inject import Options
     from sro.node.runtime.inventory import InjectionPlan
@@ -96,12 +96,12 @@ def loads(raw: bytes) -> Any:
     return json.loads(raw)
 
 
-def _isabs(path: str) -> bool:
+def path_isabs(path: str) -> bool:
     """os.path.isabs (POSIX) without importing `os` (see the import at the top)."""
     return path.startswith("/")
 
 
-def _join(a: str, b: str) -> str:
+def path_join(a: str, b: str) -> str:
     """os.path.join(a, b) (POSIX) without importing `os`."""
     if b.startswith("/"):
         return b
@@ -313,7 +313,7 @@ def read_state(stream: IO[bytes]) -> dict[str, Any]:
     if not isinstance(state, dict):
         raise HookError("state JSON on stdin: expected an object")
     bundle = state.get("bundle", state.get("bundlePath"))
-    if not isinstance(bundle, str) or not _isabs(bundle):
+    if not isinstance(bundle, str) or not path_isabs(bundle):
         raise HookError(f"state JSON on stdin: 'bundle' must be an absolute path, got {bundle!r}")
     pid = state.get("pid", 0)
     if not isinstance(pid, int) or isinstance(pid, bool) or pid < 0:
@@ -322,7 +322,7 @@ def read_state(stream: IO[bytes]) -> dict[str, Any]:
 
 
 def read_config(bundle: str) -> dict[str, Any]:
-    path = _join(bundle, "config.json")
+    path = path_join(bundle, "config.json")
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_CONFIG_BYTES + 1)
@@ -355,7 +355,7 @@ def read_config(bundle: str) -> dict[str, Any]:
 
 def rootfs_of(bundle: str, config: Mapping[str, Any]) -> str:
     path = str(config["root"]["path"])
-    return path if _isabs(path) else _join(bundle, path)
+    return path if path_isabs(path) else path_join(bundle, path)
 
 
 def access_for(args: HookArgs, config: Mapping[str, Any]) -> Access:
@@ -364,12 +364,14 @@ def access_for(args: HookArgs, config: Mapping[str, Any]) -> Access:
     The allocation is read off `linux.devices` by device number against the recipes' device nodes on
     this node; a privileged container's list holds every host device, so it says nothing there.
     """
-    from sro.node.runtime import activation, driverfiles
+    from sro.node.runtime import activation
 
     priv = activation.privileged(config)
     allocated: dict[str, tuple[str, ...]] = {}
     numbers = activation.device_numbers(config)
     if numbers and not priv:
+        from sro.node.runtime import driverfiles  # only to read an allocation (it imports os)
+
         for recipe in args.recipes:
             found = driverfiles.find_devices(recipe, args.dev_root)
             # a companion's number gives its whole device, as its primary node's does
@@ -384,11 +386,12 @@ def access_for(args: HookArgs, config: Mapping[str, Any]) -> Access:
     )
 
 
-def build_plan(args: HookArgs, config: Mapping[str, Any]) -> InjectionPlan:
-    from sro.node.runtime import activation, driverfiles, inventory
+def requests_of(args: HookArgs, config: Mapping[str, Any]) -> Sequence[Request]:
+    """What the container asks for and is believed (`activation`); HookError when malformed."""
+    from sro.node.runtime import activation
 
     try:
-        requests = activation.requests_for(
+        return activation.requests_for(
             args.recipes,
             config.get("process", {}).get("env", []),
             config.get("annotations", {}),
@@ -396,6 +399,16 @@ def build_plan(args: HookArgs, config: Mapping[str, Any]) -> InjectionPlan:
         )
     except activation.ActivationError as e:
         raise HookError(str(e)) from None
+
+
+def build_plan(
+    args: HookArgs, config: Mapping[str, Any], requests: Sequence[Request] | None = None
+) -> InjectionPlan:
+    """The injection plan for the container's requests (`requests_of` unless given)."""
+    from sro.node.runtime import driverfiles, inventory
+
+    if requests is None:
+        requests = requests_of(args, config)
     inventories = {
         r.recipe.name: driverfiles.discover(r.recipe, args.driver_roots.get(r.recipe.name), args.dev_root)
         for r in requests
@@ -415,8 +428,15 @@ def run(args: HookArgs, stdin: IO[bytes]) -> None:
     assert isinstance(bundle, str)
     config = read_config(bundle)
     rootfs = rootfs_of(bundle, config)
-    if args.stage != "update-ldcache" and not may_ask(config):
-        return
+    requests: Sequence[Request] = ()
+    if args.stage != "update-ldcache":
+        if not may_ask(config):
+            return
+        # Nothing believed (an image's NVIDIA_VISIBLE_DEVICES=all in an unprivileged container
+        # without an allocation): done before the injection code, and `os`, are even imported.
+        requests = requests_of(args, config)
+        if not requests:
+            return
     import os  # the active path: inject and its helpers import it anyway
 
     from sro.node.runtime import devcgroup, inject, mounting, safepath
@@ -427,7 +447,7 @@ def run(args: HookArgs, stdin: IO[bytes]) -> None:
             with safepath.Root(rootfs, policy=args.opts.policy, use_openat2=args.opts.use_openat2) as root:
                 inject.update_ldcache(root, args.folders, args.opts.ldconfig)
         return
-    plan = build_plan(args, config)
+    plan = build_plan(args, config, requests)
     if plan.empty:
         return
     if args.opts.ldconfig and plan.ld_folders:

@@ -10,7 +10,7 @@ so the hook's activation and driver-file code reads them exactly as it reads a `
 
 from __future__ import annotations
 
-import os
+import posix  # not `os` (~1.5 ms of a hook start); fstat is all this module needs
 from stat import S_ISREG
 
 from sro.api import builtin_recipes as _builtin
@@ -87,7 +87,7 @@ def load_file(path: str) -> HookRecipe:
     try:
         with open(path, "rb") as f:
             # the size first: read(n) would allocate all n bytes up front, on every container start
-            st = os.fstat(f.fileno())
+            st = posix.fstat(f.fileno())
             if not S_ISREG(st.st_mode) or st.st_size > MAX_RECIPE_BYTES:
                 raise ValueError(f"{path}: not a regular file of at most {MAX_RECIPE_BYTES} bytes")
             raw = f.read()

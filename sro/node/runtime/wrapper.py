@@ -16,14 +16,14 @@ Usage: python -I -m sro.node.runtime.wrapper [--runc PATH] [--mode hook|cdi] [ho
 
 from __future__ import annotations
 
-import os
+import posix  # not `os`: ~1.5 ms of every start; a container that gets nothing never needs it
 import sys
 
 from sro.node.runtime import hook
 
 TYPE_CHECKING = False  # no typing import at run time (see hook)
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from typing import Any, NoReturn
 
     from sro.node.runtime.specedits import HookCommand
@@ -53,20 +53,27 @@ def find_create_bundle(runc_args: Sequence[str]) -> str | None:
                 return rest[j + 1]
             if a.startswith("--bundle="):
                 return a.split("=", 1)[1]
-        return os.getcwd()
+        return posix.getcwd()
     return None
 
 
 def edit_spec(
-    spec: dict[str, Any], args: hook.HookArgs, mode: str, cmd: HookCommand
+    spec: dict[str, Any],
+    args: hook.HookArgs,
+    mode: str,
+    cmd: HookCommand | Callable[[], HookCommand],
 ) -> dict[str, Any] | None:
-    """The edited spec, or None when the container asks for no devices (nothing to change)."""
+    """The edited spec, or None when the container asks for no devices (nothing to change).
+
+    `cmd` (or a function making it, called only when there is something to add) starts the hook.
+    Until a request is believed, nothing beyond `activation` is imported (no `os`, no inventory).
+    """
     process = spec.get("process") or {}
     if not isinstance(process, dict) or not hook.may_ask(
         {"process": process, "annotations": spec.get("annotations") or {}, "linux": spec.get("linux")}
     ):
         return None
-    from sro.node.runtime import activation, specedits
+    from sro.node.runtime import activation
 
     try:
         requests = activation.requests_for(
@@ -79,7 +86,7 @@ def edit_spec(
         raise WrapperError(str(e)) from None
     if not requests:
         return None
-    from sro.node.runtime import driverfiles, inventory
+    from sro.node.runtime import driverfiles, inventory, specedits
 
     inventories = {
         r.recipe.name: driverfiles.discover(r.recipe, args.driver_roots.get(r.recipe.name), args.dev_root)
@@ -89,16 +96,17 @@ def edit_spec(
         plan = inventory.plan_all(requests, inventories)
     except inventory.UnknownDeviceError as e:
         raise WrapperError(str(e)) from None
+    command = cmd() if callable(cmd) else cmd
     if mode == "hook":  # the hook makes the nodes; the rules must be in the spec before runc reads it
-        return specedits.add_hook(specedits.allow_devices(spec, plan), "prestart", cmd.entry("prestart"))
-    return specedits.apply_plan(spec, plan, cmd if args.ldconfig else None)
+        return specedits.add_hook(specedits.allow_devices(spec, plan), "prestart", command.entry("prestart"))
+    return specedits.apply_plan(spec, plan, command if args.ldconfig else None)
 
 
 def write_json_atomic(path: str, doc: dict[str, Any]) -> None:
-    tmp = f"{path}.sro-{os.getpid()}"
+    tmp = f"{path}.sro-{posix.getpid()}"
     with open(tmp, "w") as f:
         f.write(hook.dumps(doc))
-    os.replace(tmp, path)
+    posix.replace(tmp, path)
 
 
 def parse(argv: Sequence[str]) -> tuple[str, str, list[str], list[str]]:
@@ -118,7 +126,7 @@ def parse(argv: Sequence[str]) -> tuple[str, str, list[str], list[str]]:
             opts.append(a)
     if mode not in ("hook", "cdi"):
         raise WrapperError(f"--mode must be hook or cdi, got {mode!r}")
-    if not os.path.isabs(runc):
+    if not hook.path_isabs(runc):
         raise WrapperError(f"--runc must be an absolute path, got {runc!r}")
     return runc, mode, opts, runc_args
 
@@ -162,10 +170,13 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         bundle = find_create_bundle(runc_args)
         if bundle is not None:
             args = hook.parse_args(["prestart", *opts])
-            from sro.node.runtime.specedits import HookCommand
 
-            cmd = HookCommand(sys.executable, tuple(opts))
-            path = os.path.join(bundle, "config.json")
+            def cmd(opts: tuple[str, ...] = tuple(opts)) -> HookCommand:
+                from sro.node.runtime.specedits import HookCommand
+
+                return HookCommand(sys.executable, opts)
+
+            path = hook.path_join(bundle, "config.json")
             try:
                 with open(path, "rb") as f:
                     spec = hook.loads(f.read())
@@ -180,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         tell_the_shim(runc_args, f"sro runtime: {e}")
         sys.exit(1)
     try:
-        os.execv(runc, [runc, *runc_args])
+        posix.execv(runc, [runc, *runc_args])
     except OSError as e:  # no runc there (--runc, or the default one not installed)
         print(f"sro runtime: cannot run {runc}: {e.strerror} (give --runc PATH)", file=sys.stderr)
         sys.exit(127)

@@ -1,0 +1,78 @@
+"""Who wrote, from the API server's audit log: with sro installed (two replicas), the leader's writes
+(its Lease renewals, a SpecialResource's status) are in the log under its own pod name
+(`User-Agent: sro-operator/<version> (<pod>)`), the Lease writes carry the same name as
+holderIdentity, and no other replica wrote in its term (`sro.local.audit.writers_per_term`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from sro.local.audit import AuditEvent, read_events, terms, writers_per_term
+from sro.local.cluster import LocalCluster
+from tests.e2e.helpers import figure, get_json, sro, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+NS = "sro-system"
+SR = "sro-e2e-audit"
+# a SpecialResource that selects no node: the operator still writes (its status, kopf's finalizer)
+BODY = {
+    "apiVersion": "sro.dev/v1alpha1",
+    "kind": "SpecialResource",
+    "metadata": {"name": SR},
+    "spec": {"recipe": "simulated-gpu", "nodeSelector": {"sro-e2e/audit": "no-such-node"}},
+}
+
+
+@pytest.fixture(scope="module")
+def installed(cluster: LocalCluster, sro_image: str) -> Iterator[None]:
+    out = sro(cluster, "install", "--image", sro_image, "--timeout", "240")
+    assert out.returncode == 0, out.stdout + out.stderr
+    yield
+    cluster.kubectl("delete", "sr", SR, "--ignore-not-found", "--timeout=120s", check=False)
+    out = sro(cluster, "uninstall", "--timeout", "180")
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_leaders_writes_are_audited_under_its_pod_name(cluster: LocalCluster, installed: None) -> None:
+    log = cluster.layout.audit_log
+    _, offset = read_events(log)  # from here on
+    wait_for(
+        "a replica to hold the operator's lease",
+        lambda: get_json(cluster, "lease", "sro-operator", "-n", NS)["spec"].get("holderIdentity"),
+        120,
+    )
+    leader = get_json(cluster, "lease", "sro-operator", "-n", NS)["spec"]["holderIdentity"]
+    pods = get_json(cluster, "pods", "-n", NS, "-l", "app.kubernetes.io/name=sro-operator")["items"]
+    assert leader in {p["metadata"]["name"] for p in pods}, leader
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(BODY))
+
+    seen: list[AuditEvent] = []
+
+    def status_written() -> bool:
+        nonlocal offset
+        events, offset = read_events(log, offset)
+        seen.extend(events)
+        return any(
+            e.resource == "specialresources" and e.name == SR and e.replica is not None and e.accepted
+            for e in seen
+        )
+
+    took = wait_for("the operator's write of the SpecialResource in the audit log", status_written, 120)
+    figure(f"operator write of a new SpecialResource in the audit log after {took:.1f} s")
+    ours = [e for e in seen if e.replica is not None and e.is_write]
+    writes = [e for e in ours if e.resource == "specialresources" and e.name == SR and e.accepted]
+    assert {e.replica for e in writes} == {leader}, [(e.user_agent, e.verb, e.subresource) for e in writes]
+    assert all(e.user == f"system:serviceaccount:{NS}:sro-operator" for e in writes)
+    # the lease renewals: the leader's user agent, and the same name as holderIdentity in the request
+    renewals = [e for e in ours if e.resource == "leases" and e.name == "sro-operator" and e.accepted]
+    assert renewals, "no Lease renewal audited (every 2 s while leading)"
+    assert {(e.replica, e.holder) for e in renewals} == {(leader, leader)}
+    assert [t.holder for t in terms(seen)][-1] == leader
+    assert writers_per_term(seen) == []
+    # reads are not in the log, nor the nodes' heartbeats
+    assert not [e for e in seen if e.verb in ("get", "list", "watch")]
+    assert not [e for e in seen if e.namespace == "kube-node-lease"]

@@ -222,3 +222,23 @@ def test_other_clients_and_reads_are_not_counted() -> None:
     docs += [event(2, "patch", "kubectl/v1.20.15 (linux/amd64)", "nodes", "vm")]
     docs += [event(3, "get", agent(B), "nodes", "vm")]  # a standby reading is fine
     assert writers_per_term(records(docs)) == []
+
+
+def test_lines_recorded_from_the_local_api_server_are_read() -> None:
+    """Two lines as the local API server (1.20) wrote them: a Lease renewal (Request level, with its
+    holderIdentity) and an eviction (Metadata level), from an operator image older than its user agent."""
+    events, used = read_events(Path(__file__).parent / "data" / "audit-recorded.log")
+    assert used == (Path(__file__).parent / "data" / "audit-recorded.log").stat().st_size
+    renewal, eviction = events
+    assert (renewal.verb, renewal.resource, renewal.name, renewal.namespace) == (
+        "patch",
+        "leases",
+        "sro-operator",
+        "sro-system",
+    )
+    assert renewal.holder and renewal.holder.startswith("sro-operator-") and renewal.code == 200
+    assert renewal.user == "system:serviceaccount:sro-system:sro-operator"
+    assert renewal.replica is None  # python-httpx: the operator did not name itself yet
+    assert renewal.completed is not None and renewal.completed > renewal.time
+    assert (eviction.verb, eviction.resource, eviction.subresource) == ("create", "pods", "eviction")
+    assert eviction.user_agent.startswith("kubectl/") and eviction.code in (201, 429)

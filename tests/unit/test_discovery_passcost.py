@@ -66,3 +66,14 @@ def test_is_hex_answers_as_the_character_loop_did() -> None:
         expected = bool(value) and all(c in "0123456789abcdef" for c in value)
         assert is_hex(value) is expected, value
     assert is_hex("10de", 4) and not is_hex("10de", 6)
+
+
+def test_builtin_modules_parse_is_the_per_line_rule_and_a_frozenset() -> None:
+    text = "kernel/fs/ext4/ext4.ko\n\nkernel/drivers/nvme.ko\nplain\n  spaced/x.ko  \n"
+    expected = set()
+    for line in text.splitlines():
+        name = Path(line.strip()).name.removesuffix(".ko")
+        if name:
+            expected.add(name)
+    assert kernel._builtin_modules(text) == frozenset(expected) == {"ext4", "nvme", "plain", "x"}
+    assert kernel._builtin_modules(text) is kernel._builtin_modules(text)  # remembered, and immutable

@@ -77,6 +77,9 @@ def parse_cpuinfo(text: str) -> dict[str, str]:
     return out
 
 
+# Paths below are joined as strings: a pathlib join costs more than reading a sysfs attribute.
+
+
 class CpuSource:
     name = NAME
 
@@ -113,7 +116,7 @@ class CpuSource:
         base = reader.host.sys / "bus/cpu/devices"
         cpus = reader.list_dir(base)
         for cpu in cpus:
-            siblings = reader.read_value(base / cpu / "topology/thread_siblings_list")
+            siblings = reader.read_value(f"{base}/{cpu}/topology/thread_siblings_list")
             if siblings is not None and ("," in siblings or "-" in siblings):
                 return {"hardware_multithreading": "true"}
         return {"hardware_multithreading": "false"} if cpus else {}
@@ -121,23 +124,23 @@ class CpuSource:
     @staticmethod
     def _pstate(reader: HostReader) -> dict[str, str]:
         base = reader.host.sys / "devices/system/cpu"
-        status = reader.read_value(base / "intel_pstate/status")
+        status = reader.read_value(f"{base}/intel_pstate/status")
         if status is None:
             return {}
         out = {"status": status}
         if status == "off":
             return out
-        no_turbo = reader.read_value(base / "intel_pstate/no_turbo")
+        no_turbo = reader.read_value(f"{base}/intel_pstate/no_turbo")
         if no_turbo is not None:
             out["turbo"] = "true" if no_turbo.startswith("0") else "false"
         if status != "active":
             return out
         governors = set()
         for policy in reader.list_dir(base / "cpufreq"):
-            cpus = reader.read_value(base / "cpufreq" / policy / "affected_cpus")
+            cpus = reader.read_value(f"{base}/cpufreq/{policy}/affected_cpus")
             if not cpus:
                 continue
-            gov = reader.read_value(base / "cpufreq" / policy / "scaling_governor")
+            gov = reader.read_value(f"{base}/cpufreq/{policy}/scaling_governor")
             if gov:
                 governors.add(gov)
         if len(governors) == 1:  # NFD labels the governor only when every policy agrees
@@ -146,7 +149,7 @@ class CpuSource:
 
     @staticmethod
     def _cstate(reader: HostReader) -> dict[str, str]:
-        driver = reader.read_value(reader.host.sys / "devices/system/cpu/cpuidle/current_driver")
+        driver = reader.read_value(f"{reader.host.sys}/devices/system/cpu/cpuidle/current_driver")
         if driver != "intel_idle":
             return {}
         path = reader.host.sys / "module/intel_idle/parameters/max_cstate"
@@ -171,7 +174,7 @@ class CpuSource:
             ("sev.snp.enabled", "kvm_amd/parameters/sev_snp"),
             ("tdx.enabled", "kvm_intel/parameters/tdx"),
         ):
-            if reader.read_value(params / path) in ("Y", "1"):
+            if reader.read_value(f"{params}/{path}") in ("Y", "1"):
                 out[label] = "true"
         if "TDX_GUEST" in cpuid:
             out["tdx.protected"] = "true"

@@ -10,6 +10,8 @@ from __future__ import annotations
 import gzip
 import re
 import zlib
+from collections.abc import Iterator
+from functools import lru_cache
 from pathlib import Path
 
 from sro.host.reading import HostReader
@@ -61,6 +63,13 @@ def _parsed_kconfig(data: bytes, gz: bool) -> dict[str, str]:
     return dict(parsed)
 
 
+@lru_cache(maxsize=2)
+def _builtin_modules(text: str) -> frozenset[str]:
+    """Module names in modules.builtin's text (remembered: the file changes only with the kernel)."""
+    names = (Path(line.strip()).name.removesuffix(".ko") for line in text.splitlines())
+    return frozenset(name for name in names if name)
+
+
 class KernelSource:
     name = NAME
 
@@ -78,12 +87,8 @@ class KernelSource:
         for line in (modules or "").splitlines():
             if line.strip():
                 loaded.add(line.split()[0])
-        builtin = set()
         text = reader.read_text(host.lib_modules / release / "modules.builtin") if release else None
-        for line in (text or "").splitlines():
-            name = Path(line.strip()).name.removesuffix(".ko")
-            if name:
-                builtin.add(name)
+        builtin = _builtin_modules(text or "")
         return Features(
             flags={"loadedmodule": frozenset(loaded), "enabledmodule": frozenset(loaded | builtin)},
             attributes=attributes,
@@ -92,18 +97,19 @@ class KernelSource:
     @staticmethod
     def _kconfig(reader: HostReader, release: str, config: Config) -> dict[str, str]:
         host = reader.host
-        if config.kconfig_file:
-            candidates = [Path(config.kconfig_file)]
-        else:
-            candidates = [host.proc / "config.gz"]
+
+        def candidates() -> Iterator[Path]:  # joined only as far as the search goes
+            if config.kconfig_file:
+                yield Path(config.kconfig_file)
+                return
+            yield host.proc / "config.gz"
             if release:
-                candidates += [
-                    host.boot / f"config-{release}",
-                    host.lib_modules / release / "config",
-                    host.usr_lib / "ostree-boot" / f"config-{release}",
-                    host.usr_lib / "kernel" / f"config-{release}",
-                ]
-        for path in candidates:
+                yield host.boot / f"config-{release}"
+                yield host.lib_modules / release / "config"
+                yield host.usr_lib / "ostree-boot" / f"config-{release}"
+                yield host.usr_lib / "kernel" / f"config-{release}"
+
+        for path in candidates():
             data = reader.read_bytes(path, required=bool(config.kconfig_file))
             if data is None:
                 continue

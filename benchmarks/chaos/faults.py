@@ -77,9 +77,19 @@ def _pods(t: Target, *selector: str) -> list[dict[str, Any]]:
     return [p for p in doc.get("items", []) if not p["metadata"].get("deletionTimestamp")]
 
 
-def _leader_pod(t: Target) -> dict[str, Any]:
-    holder = t.get("lease", "-n", NAMESPACE, OPERATOR_LEASE).get("spec", {}).get("holderIdentity", "")
-    return t.get("pod", "-n", NAMESPACE, holder) if holder else {}
+def _leader_pod(t: Target, wait_s: float = 45) -> dict[str, Any]:
+    """The running pod that holds the Lease; waits for one (a killed leader's Lease names it until
+    a standby takes over); {} when none within `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        holder = t.get("lease", "-n", NAMESPACE, OPERATOR_LEASE).get("spec", {}).get("holderIdentity", "")
+        pod = t.get("pod", "-n", NAMESPACE, holder) if holder else {}
+        running = pod.get("status", {}).get("phase") == "Running" and not pod["metadata"].get(
+            "deletionTimestamp"
+        )
+        if running or time.monotonic() > deadline:
+            return pod if running else {}
+        time.sleep(1)
 
 
 # ---- the operator ----------------------------------------------------------------------------------

@@ -108,12 +108,14 @@ def table(o: Outcome) -> list[str]:
 
 def fault_log(o: Outcome) -> list[str]:
     lines = ["fault log (seconds from the start):"]
-    for f in o.faults:
-        conv = (
-            f"converged +{f.converged_s:.1f} s"
-            if f.converged_s is not None
-            else "not converged before the next"
-        )
+    for i, f in enumerate(o.faults):
+        if i == len(o.faults) - 1:  # the last one: the campaign's final wait measured it
+            final, bound = o.final_converged_s, o.bound_s
+            conv = f"converged +{final:.1f} s" if final is not None else f"not converged within {bound:g} s"
+        elif f.converged_s is not None:
+            conv = f"converged +{f.converged_s:.1f} s"
+        else:
+            conv = "not converged before the next"
         lines.append(f"  {f.started_s:7.1f}-{f.ended_s:7.1f}  {f.planned.kind:<22} {f.line}  [{conv}]")
     for v in o.violations:
         lines.append(f"  {v.at - o.started_at:7.1f}          VIOLATION {v.kind}: {v.detail}")

@@ -144,6 +144,10 @@ def _workload_running(cluster: LocalCluster) -> bool:
 
 
 def set_up(cluster: LocalCluster, image: str, progress: Progress) -> None:
+    others = cluster.kubectl("get", "sr", "-o", "name", check=False).stdout.split()
+    others = [o for o in others if o.rsplit("/", 1)[-1] != SR]
+    if others:  # a second SpecialResource of the same recipe would conflict with ours (admission)
+        raise RuntimeError(f"chaos set-up: another SpecialResource is on the cluster: {', '.join(others)}")
     progress(f"installing sro ({image})")
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
     argv = [sys.executable, "-m", "sro", "install", "--image", image, "--timeout", "240"]

@@ -154,6 +154,8 @@ def test_report_table_counts_faults_and_convergence() -> None:
     assert "p50 10.0 s, p99 12.0 s" in text  # over 8 and the final 12
     assert "operator restarts: 2; operator RSS peak: 97.2 MiB" in text
     assert "   5.0-    5.2  leader-killed" in text
+    assert text.count("[converged +8.0 s]") == 1 and "24.1  device-fault" in text
+    assert "Xid 79 on device 2  [converged +12.0 s]" in text  # the last fault: the final wait
     assert text.splitlines()[-1].startswith("OK — 0 violations")
     assert "FAILED" not in text
 

@@ -80,7 +80,11 @@ def test_not_ready_until_registered() -> None:
     (c,) = pod["containers"]
     (flag,) = [a for a in c["command"] if a.startswith("--ready-file=")]
     ready = flag.split("=", 1)[1]
-    assert c["readinessProbe"]["exec"]["command"] == ["test", "-f", ready]
+    # the check waits for the file (up to 2 s, every 0.1 s) rather than failing at once
+    assert (
+        c["readinessProbe"]["exec"]["command"][:2] == ["sh", "-c"]
+        and c["readinessProbe"]["exec"]["command"][-1] == ready
+    )
     (mount,) = [m for m in c["volumeMounts"] if ready.startswith(m["mountPath"] + "/")]
     (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
     assert "emptyDir" in volume

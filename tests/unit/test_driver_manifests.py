@@ -52,11 +52,8 @@ def test_simulated_driver_holds_the_driver_with_cap_mknod_alone() -> None:
         "sro", "driver", "simulate", "--config=/etc/sro/driver/devices.yaml", "--hold",
         "--driver-root=/host/var/lib/sro/driver/simulated-gpu", "--dev-root=/host/dev",
     ]  # fmt: skip
-    assert c["readinessProbe"]["exec"]["command"] == [
-        "test",
-        "-f",
-        "/host/var/lib/sro/driver/simulated-gpu/.ready",
-    ]
+    probe = c["readinessProbe"]["exec"]["command"]
+    assert probe[:2] == ["sh", "-c"] and probe[-1] == "/host/var/lib/sro/driver/simulated-gpu/.ready"
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["driver-root"]["hostPath"]["path"] == "/var/lib/sro/driver/simulated-gpu"

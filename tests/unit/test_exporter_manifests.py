@@ -45,7 +45,9 @@ def test_least_privilege(recipe: str) -> None:
         "capabilities": {"drop": ["ALL"]},
     }
     assert c["resources"]["limits"]["memory"]
-    assert all(m["readOnly"] for m in c["volumeMounts"])
+    # host paths read-only; its own writable state is an emptyDir in memory (the ready file)
+    assert all(m["readOnly"] for m in c["volumeMounts"] if m["name"] != "state")
+    assert {"name": "state", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}} in pod["volumes"]
     host = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
     assert "/var/lib/kubelet/pod-resources" in host and len(host) == 2
     assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in c["env"]

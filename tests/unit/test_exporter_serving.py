@@ -141,7 +141,8 @@ def test_the_command_serves_collects_on_sigusr1_and_stops_on_sigterm(tmp: Path) 
     root = driver_root(tmp)
     proc = subprocess.Popen(
         [sys.executable, "-m", "sro", "-v", "exporter", "--recipe", "simulated-gpu", "--driver-root", str(root),
-         "--pod-resources-socket", str(tmp / "none.sock"), "--address", "127.0.0.1:0", "--interval", "1h"],
+         "--pod-resources-socket", str(tmp / "none.sock"), "--address", "127.0.0.1:0", "--interval", "1h",
+         "--ready-file", str(tmp / "ready")],
         stderr=subprocess.PIPE, text=True, env={**os.environ, "NODE_NAME": ""},
     )  # fmt: skip
     try:
@@ -157,6 +158,7 @@ def test_the_command_serves_collects_on_sigusr1_and_stops_on_sigterm(tmp: Path) 
             m = re.search(r"serving :(\d+)/metrics", line)
             port = int(m.group(1)) if m else 0
         assert port, "".join(seen)
+        assert (tmp / "ready").is_file(), "the readiness probe's file, once /metrics serves"
         url = f"http://127.0.0.1:{port}/metrics"
 
         def kubelet_errors() -> int:
@@ -173,6 +175,7 @@ def test_the_command_serves_collects_on_sigusr1_and_stops_on_sigterm(tmp: Path) 
         assert kubelet_errors() == 2
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
+        assert not (tmp / "ready").exists()
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -135,6 +135,7 @@ ACCEPTED: dict[tuple[tuple[str, ...], str], str] = {
     (("device-plugin",), "--health-dir"): "not used by --oneshot (created when the plugin first writes)",
     (("device-plugin",), "--pod-resources-socket"): "not used by --oneshot; the kubelet is optional",
     (("exporter",), "--pod-resources-socket"): "the kubelet is optional: its pods are left out, said once",
+    (("exporter",), "--ready-file"): "not used by --once",
     (("driver", "simulate"), "--proc-modules"): "read by the nvidia personality only (none: no modules)",
     (("driver", "simulate"), "--native-dir"): "read by the nvidia personality only",
 }

@@ -143,6 +143,11 @@ def pod_lister(path: Path) -> PodLister:
     type=click.Path(path_type=Path, dir_okay=False),
     help="Health policy (the `health` section of a device-plugin config file; re-read when it changes).",
 )
+@click.option(
+    "--ready-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Exists while /metrics serves (written after the first collection; a readiness probe tests it).",
+)
 @click.option("--seed", default="sro", show_default=True, help="Seed of the simulated readings' noise.")
 @click.option("--once", is_flag=True, help="Collect once, print the exposition text and exit.")
 @click.option(
@@ -160,6 +165,7 @@ def exporter(
     address: str,
     interval: str,
     config_path: Path | None,
+    ready_file: Path | None,
     seed: str,
     once: bool,
     output: Path | None,
@@ -204,10 +210,30 @@ def exporter(
             sys.stdout.buffer.write(text)
             sys.stdout.flush()
         return
-    _serve(collector, bind, seconds, recipe)
+    _serve(collector, bind, seconds, recipe, ready_file)
 
 
-def _serve(collector: Collector, bind: tuple[str, int], interval: float, recipe: Recipe) -> None:
+def _mark_ready(ready_file: Path | None, ready: bool) -> None:
+    """The readiness probe's file: there once /metrics serves a collection, gone when it stops.
+
+    Why a file and not an HTTP probe: the kubelet probes on a fixed period from a random start, so
+    an HTTP readiness probe saw a started exporter up to a whole period late; the exec check in the
+    DaemonSet waits for this file and flips within 0.1 s of it (the liveness probe still asks /healthz).
+    """
+    if ready_file is None:
+        return
+    try:
+        if ready:
+            ready_file.write_text("ready\n")
+        else:
+            ready_file.unlink(missing_ok=True)
+    except OSError as e:  # not fatal: /metrics serves all the same; the probe says not ready
+        log.warning("ready file %s: %s", ready_file, e.strerror)
+
+
+def _serve(
+    collector: Collector, bind: tuple[str, int], interval: float, recipe: Recipe, ready_file: Path | None
+) -> None:
     stop = threading.Event()
 
     def on_stop(signum: int, frame: FrameType | None) -> None:
@@ -218,6 +244,7 @@ def _serve(collector: Collector, bind: tuple[str, int], interval: float, recipe:
     signal.signal(signal.SIGTERM, on_stop)
     signal.signal(signal.SIGINT, on_stop)
     signal.signal(signal.SIGUSR1, lambda signum, frame: collector.request())
+    _mark_ready(ready_file, False)  # one a restarted container left in its pod's emptyDir
     collector.prime(PRIME_SECONDS)
     collector.collect()
 
@@ -230,6 +257,7 @@ def _serve(collector: Collector, bind: tuple[str, int], interval: float, recipe:
         collector.close()
         raise click.ClickException(f"cannot serve on {bind[0] or '*'}:{bind[1]}: {e.strerror}") from e
     server.start()
+    _mark_ready(ready_file, True)
     log.info(
         "sro exporter: recipe %s, serving :%d/metrics, collecting every %gs (pid %d; SIGUSR1 collects now)",
         recipe.name,
@@ -240,5 +268,6 @@ def _serve(collector: Collector, bind: tuple[str, int], interval: float, recipe:
     try:
         collector.run(stop, interval, immediately=False)
     finally:
+        _mark_ready(ready_file, False)
         server.stop()
         collector.close()

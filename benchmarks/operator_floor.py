@@ -1,0 +1,173 @@
+"""The operator benchmark's baseline: the six stages the operator runs pods for on the node, as six
+plain DaemonSets created one after another, each waited until its pod on the node is Ready.
+
+Why a separate module: the baseline must stay honest as the states change, so it takes its probes
+from the states' own rendered templates (`stage_probe`): the same command, period and timeout, the
+ready file made at once by the container instead of by an agent. A state whose probe gets quicker
+makes the baseline quicker too, and the ratio shows only what the operator adds (its passes, its
+gates, the agents' own start). The validation stages, run-to-completion pods with no probe, take the
+device plugin's probe (the stage they follow).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from lightkube import ApiError, Client, codecs
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.core_v1 import Namespace, Pod, ServiceAccount
+
+from benchmarks.harness import poll
+from sro.api.names import (
+    DEVICE_PLUGIN,
+    DEVICE_PLUGIN_VALIDATION,
+    DRIVER,
+    DRIVER_VALIDATION,
+    MONITORING,
+    RUNTIME,
+)
+
+FLOOR_NS = "sro-bench-floor"
+POD_STAGES = (DRIVER, DRIVER_VALIDATION, RUNTIME, DEVICE_PLUGIN, DEVICE_PLUGIN_VALIDATION, MONITORING)
+# the component whose DaemonSet's readiness probe each stage's plain DaemonSet copies
+PROBE_OF = {
+    DRIVER: "driver",
+    DRIVER_VALIDATION: "device-plugin",
+    RUNTIME: "runtime",
+    DEVICE_PLUGIN: "device-plugin",
+    DEVICE_PLUGIN_VALIDATION: "device-plugin",
+    MONITORING: "monitoring",
+}
+READY_FILE = "/tmp/ready"  # what the plain container makes at once, where the agent makes its own
+POLL = 0.2
+TIMEOUT = 300.0
+
+
+@dataclass
+class FloorRun:
+    total: float
+    stages: list[float] = field(default_factory=list)
+    delete: float = 0.0
+
+
+def stage_probe(stage: str) -> dict[str, Any]:
+    """The readiness probe of `stage`'s state DaemonSet (simulated-gpu), aimed at READY_FILE."""
+    from sro.manifests import render
+
+    docs = render(PROBE_OF[stage], recipe="simulated-gpu", image="x", namespace="x", pull_policy="Never")
+    (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
+    probe = copy.deepcopy(ds["spec"]["template"]["spec"]["containers"][0]["readinessProbe"])
+    command = probe["exec"]["command"]
+    if command[:2] != ["sh", "-c"]:
+        raise RuntimeError(f"benchmark: {PROBE_OF[stage]}'s probe is no longer a file check: {command}")
+    command[-1] = READY_FILE
+    return dict(probe)
+
+
+def _gone(client: Client, res: Any, name: str, namespace: str | None = None) -> bool:
+    try:
+        client.get(res, name, namespace=namespace) if namespace else client.get(res, name)
+    except ApiError as e:
+        if e.status.code == 404:
+            return True
+        raise
+    return False
+
+
+def _poll_until(what: str, check: Callable[[], bool], timeout: float = TIMEOUT) -> float:
+    return poll(what, check, timeout, POLL)
+
+
+def _floor_ds(stage: str, image: str) -> Any:
+    name = f"floor-{stage}"
+    return codecs.from_dict(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": name, "namespace": FLOOR_NS, "labels": {"app": name}},
+            "spec": {
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {
+                        "enableServiceLinks": False,
+                        # `sleep` as PID 1 ignores SIGTERM: without this each delete waits 30 s
+                        "terminationGracePeriodSeconds": 1,
+                        "tolerations": [{"operator": "Exists"}],
+                        "containers": [
+                            {
+                                "name": "c",
+                                "image": image,
+                                "imagePullPolicy": "Never",
+                                "command": ["sh", "-c", f"touch {READY_FILE} && exec sleep infinity"],
+                                "readinessProbe": stage_probe(stage),
+                            }
+                        ],
+                    },
+                },
+            },
+        }
+    )
+
+
+def pod_done(pod: Any, node_name: str) -> bool:
+    """Ready (or Succeeded: a validation pod) on the node, and not being deleted."""
+    if pod.metadata is None or pod.metadata.deletionTimestamp or pod.status is None:
+        return False
+    if pod.spec is None or pod.spec.nodeName != node_name:
+        return False
+    if pod.status.phase == "Succeeded":
+        return True
+    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+
+
+def ensure_namespace(client: Client) -> None:
+    if not _gone(client, Namespace, FLOOR_NS):
+        return
+    client.create(codecs.from_dict({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": FLOOR_NS}}))
+    # pods are refused until the namespace's default ServiceAccount exists
+    _poll_until(
+        "the floor namespace's default ServiceAccount",
+        lambda: not _gone(client, ServiceAccount, "default", FLOOR_NS),
+        60,
+    )
+
+
+def _pod_ready_on(client: Client, app: str, node_name: str) -> bool:
+    return any(pod_done(p, node_name) for p in client.list(Pod, namespace=FLOOR_NS, labels={"app": app}))
+
+
+def floor_run(client: Client, image: str, node_name: str) -> FloorRun:
+    """One run of the chain; its DaemonSets are deleted (and waited for) before it returns."""
+    ensure_namespace(client)
+    run = FloorRun(total=0.0)
+    t0 = time.monotonic()
+    for stage in POD_STAGES:
+        t = time.monotonic()
+        client.create(_floor_ds(stage, image))
+        ready = partial(_pod_ready_on, client, f"floor-{stage}", node_name)
+        _poll_until(f"floor DaemonSet {stage} Ready on {node_name}", ready)
+        run.stages.append(time.monotonic() - t)
+    run.total = time.monotonic() - t0
+    t = time.monotonic()
+    for stage in POD_STAGES:
+        client.delete(DaemonSet, f"floor-{stage}", namespace=FLOOR_NS)
+    _poll_until(
+        "the floor's DaemonSets and pods to be gone",
+        lambda: not list(client.list(DaemonSet, namespace=FLOOR_NS)) and not list(client.list(Pod, namespace=FLOOR_NS)),
+        120,
+    )  # fmt: skip
+    run.delete = time.monotonic() - t
+    return run
+
+
+def remove_namespace(client: Client) -> None:
+    if _gone(client, Namespace, FLOOR_NS):
+        return
+    client.delete(Namespace, FLOOR_NS)
+    _poll_until("the floor namespace to be gone", lambda: _gone(client, Namespace, FLOOR_NS), 180)

@@ -1,8 +1,9 @@
-"""Finding a pod's process on this machine and reading its memory, for the benchmarks that run the
-local cluster here (its pods' processes are in this machine's /proc, their cgroups under /sys)."""
+"""Finding a pod's process on this machine and reading its memory and start, for the benchmarks that
+run the local cluster here (its pods' processes are in this machine's /proc, their cgroups under /sys)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -67,3 +68,13 @@ def bare_python_rss() -> float:
     finally:
         proc.kill()
         proc.wait()
+
+
+def agent_start(pod_uid: str, word: bytes, ready: str) -> float:
+    """Seconds from the agent process's start (/proc: 10 ms ticks) to its ready file's mtime (seen
+    through /proc/<pid>/root): what the agent itself adds to its pod's start, measured in place."""
+    pid = pod_process(pod_uid, word)
+    ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    boot_to_wall = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+    started = boot_to_wall + ticks / os.sysconf("SC_CLK_TCK")
+    return Path(f"/proc/{pid}/root{ready}").stat().st_mtime - started

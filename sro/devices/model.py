@@ -119,6 +119,25 @@ def node_path(pattern: str, index: int, minor: int | None = None) -> str:
     return _NODE_FIELD.sub(fill, pattern)
 
 
+class EventsStop(threading.Event):
+    """The health event source's stop flag, which also says when the source first went idle.
+
+    A source looks at the devices, yields what is active now, then waits on its stop flag until the
+    next look (the simulated and devnodes backends do): its first wait means the state at start is
+    delivered, and a consumer's prime need not sleep its whole time (0.3 s on every exporter and
+    device plugin start). A source that never waits on it (NVML blocks in its own event wait)
+    leaves the prime to its timeout.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.idle = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.idle.set()
+        return super().wait(timeout)
+
+
 class Backend(Protocol):
     """What the device plugin (and the exporter) need from a source of devices."""
 

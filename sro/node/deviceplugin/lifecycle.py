@@ -22,7 +22,7 @@ from pathlib import Path
 from sro.api.recipes import Recipe
 from sro.api.yamltext import load_yaml_file
 from sro.devices.health import HealthTracker
-from sro.devices.model import Backend, HealthEvent, Inventory
+from sro.devices.model import Backend, EventsStop, HealthEvent, Inventory
 from sro.node.deviceplugin import announcing, drivermounts
 from sro.node.deviceplugin.config import (
     RUNTIMES_FILE,
@@ -316,8 +316,9 @@ class Plugin:
             )
 
     def run(self, stop: threading.Event) -> None:
+        events = EventsStop()  # the health source's own stop flag: its first wait ends the prime
         threads = [
-            threading.Thread(target=self._monitor, args=(stop,), name="health-monitor", daemon=True),
+            threading.Thread(target=self._monitor, args=(events,), name="health-monitor", daemon=True),
             threading.Thread(target=self._ticker, args=(stop,), name="health-ticker", daemon=True),
         ]
         if self.reporter is not None:
@@ -332,8 +333,9 @@ class Plugin:
         for t in threads:
             t.start()
         # let the backend report faults that are already active before the first device list goes
-        # out, so a device faulted before the plugin started is never announced healthy
-        stop.wait(PRIME_SECONDS)
+        # out, so a device faulted before the plugin started is never announced healthy: until the
+        # source has delivered them and waits for its next look, PRIME_SECONDS at most
+        events.idle.wait(PRIME_SECONDS)
         try:
             if self.ready_file is not None:  # one a restarted container left in its pod's emptyDir
                 self.ready_file.unlink(missing_ok=True)
@@ -346,6 +348,7 @@ class Plugin:
                     log.exception("device plugin loop failed; continuing")
                 stop.wait(self.poll)
         finally:
+            events.set()
             if self.ready_file is not None:
                 self.ready_file.unlink(missing_ok=True)
             for slot in self.slots:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sro.devices.health import ALL, HealthPolicy, HealthTracker
-from sro.devices.model import Backend, DeviceUUID, HealthEvent, Inventory
+from sro.devices.model import Backend, DeviceUUID, EventsStop, HealthEvent, Inventory
 from sro.devices.telemetry import Readings, Telemetry
 from sro.host.podresources import Assignment
 from sro.node.exporter import config as exporter_config
@@ -78,7 +78,7 @@ class _Devices:
     telemetry: Telemetry | None = None
     inventory: Inventory | None = None
     token: object = None
-    stop: threading.Event = field(default_factory=threading.Event)
+    stop: EventsStop = field(default_factory=EventsStop)
     thread: threading.Thread | None = None
 
 
@@ -214,7 +214,7 @@ class Collector:
         dev = self._devices
         if dev.backend is None:
             dev.backend, dev.telemetry = self.open_devices()
-            dev.stop = threading.Event()
+            dev.stop = EventsStop()
             dev.thread = threading.Thread(
                 target=self._watch_events, args=(dev.backend, dev.stop), name="health-events", daemon=True
             )
@@ -292,13 +292,14 @@ class Collector:
     # --- collection ----------------------------------------------------------------------
     def prime(self, seconds: float) -> None:
         """Open the devices and let the event stream report what is active now (a simulated device
-        faulted before the exporter started is never reported healthy)."""
+        faulted before the exporter started is never reported healthy): until the source has
+        delivered it and waits for its next look, `seconds` at most."""
         try:
-            self._open()
+            dev = self._open()
         except Exception as e:
             self._report(DEVICES, f"{type(e).__name__}: {e}")
             return
-        time.sleep(seconds)
+        dev.stop.idle.wait(seconds)
 
     def collect(self) -> Snapshot:
         """Ask every source once and swap in a new snapshot (never raises for a source's failure)."""

@@ -67,6 +67,10 @@ LOG_TAIL_LINES = 20
 # Pod creations and deletions and node patches of one plan run this many at a time: at 1,000 nodes
 # a step reaches every node, and one request after another would make a pass last minutes.
 CONCURRENCY = 16
+# A plan's objects are applied in three tiers, each one's at once: namespaces, what pods read, what
+# starts pods. One by one, a first pass's ~10 took 0.4 s before the node patch that starts the driver.
+FIRST_KINDS = frozenset({"Namespace", "CustomResourceDefinition"})
+POD_KINDS = frozenset({"DaemonSet", "Deployment", "StatefulSet", "Job", "Pod"})
 CONFIG_MAP_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # DNS-1123 subdomain
 NOT_LEADING = "not written: this replica no longer holds the leader lease"
 # a dry run says what it would do every pass, in the same words: said once per REPEAT_SECONDS
@@ -253,18 +257,12 @@ class SpecialResourceIO:
         if not self.held():
             return [NOT_LEADING]
         present = set(owned)
-        for obj in plan.apply:
-            key = (obj["kind"], obj["metadata"]["name"])
-            digest = hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
-            if self._applied.get(key) == digest and key in present:
-                continue
-            try:
-                await self.objects.apply(obj)
-                self._applied[key] = digest
-                log.info("%s: applied %s/%s", sr.name, *key)
-            except Errors as e:
-                problems.append(f"{key[0]}/{key[1]} not applied")
-                log.warning("%s: could not apply %s/%s: %s", sr.name, *key, e)
+        for tier in range(3):
+            objs = [
+                o for o in plan.apply if (o["kind"] not in FIRST_KINDS) + (o["kind"] in POD_KINDS) == tier
+            ]
+            oks = await _bounded([self._apply(sr.name, o, present) for o in objs])
+            problems += [f"{o['kind']}/{o['metadata']['name']} not applied" for o, ok in zip(objs, oks, strict=True) if not ok]  # fmt: skip
         for kind, name in plan.delete:
             if not await self._delete(kind, name):
                 problems.append(f"{kind}/{name} not deleted")
@@ -344,6 +342,21 @@ class SpecialResourceIO:
         except Errors as e:
             log.warning("%s: could not set condition on node %s: %s", sr, name, describe_error(e) or e)
             return False
+
+    async def _apply(self, sr: str, obj: Mapping[str, Any], present: set[tuple[str, str]]) -> bool:
+        """Server-side apply of one object, skipped when this replica applied the same already."""
+        key = (obj["kind"], obj["metadata"]["name"])
+        digest = hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+        if self._applied.get(key) == digest and key in present:
+            return True
+        try:
+            await self.objects.apply(obj)
+        except Errors as e:
+            log.warning("%s: could not apply %s/%s: %s", sr, *key, e)
+            return False
+        self._applied[key] = digest
+        log.info("%s: applied %s/%s", sr, *key)
+        return True
 
     async def _create_pod(self, sr: str, pod: Mapping[str, Any]) -> bool:
         try:

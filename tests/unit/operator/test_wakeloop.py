@@ -63,3 +63,36 @@ def test_a_burst_of_pokes_makes_one_more_pass() -> None:
 
     asyncio.run(main())
     assert len(calls) == 2  # the first, then one for the whole burst (none once stopped)
+
+
+def test_the_gap_follows_the_pass_length_within_its_bounds() -> None:
+    passes = WakeLoop(lambda: asyncio.sleep(0, 1.0), what="p", log=log, retry=1, spacing=0.5, min_spacing=0.1)
+    assert passes.gap(0.01) == 0.1  # a quick pass: the floor
+    assert passes.gap(0.13) == pytest.approx(0.26)  # a one-node pass: as long again after it
+    assert passes.gap(2.0) == 0.5  # a long pass (a big cluster): the fixed spacing, as before
+    fixed = WakeLoop(lambda: asyncio.sleep(0, 1.0), what="p", log=log, retry=1, spacing=0.5)
+    assert fixed.gap(0.01) == fixed.gap(2.0) == 0.5  # without min_spacing: the fixed spacing
+
+
+def test_a_poke_after_a_quick_pass_is_acted_on_well_before_the_spacing() -> None:
+    starts: list[float] = []
+
+    async def main() -> None:
+        stop = Flag()
+        loop = asyncio.get_running_loop()
+
+        async def one_pass() -> float:
+            starts.append(loop.time())
+            await asyncio.sleep(0.02)
+            if len(starts) == 2:
+                stop.event.set()
+            return 60.0
+
+        passes = WakeLoop(one_pass, what="pass", log=log, retry=1.0, spacing=1.0, min_spacing=0.05)
+        task = asyncio.create_task(passes.run(stop))
+        await asyncio.sleep(0.03)  # the first pass is over
+        passes.poke()
+        await asyncio.wait_for(task, 2)
+
+    asyncio.run(main())
+    assert len(starts) == 2 and starts[1] - starts[0] < 0.3  # not the 1 s spacing

@@ -85,7 +85,8 @@ class Simulator:
             text=True,
         )
         self.ready = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -106,10 +107,14 @@ class Simulator:
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGTERM)
         try:
-            return self.proc.wait(120)
+            code = self.proc.wait(120)
         except subprocess.TimeoutExpired:
             os.kill(self.proc.pid, signal.SIGKILL)
-            return self.proc.wait(10)
+            code = self.proc.wait(10)
+        self.reader.join(10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        return code
 
 
 # ---- the reports: one NodeFeature per node, as a device plugin would have it written ----------------
@@ -242,7 +247,7 @@ def debug(cluster: LocalCluster) -> str:
         fleet, status = look(objects), sr_status(objects)
     recs = {n: (fleet.state(n), r.reason[:80]) for n, r in fleet.records.items() if r is not None}
     logs = cluster.kubectl(
-        "-n", NS, "logs", "-l", "app.kubernetes.io/name=sro-operator", "--tail=30", check=False
+        "-n", NS, "logs", "-l", "app.kubernetes.io/name=sro-operator", "--tail=30", "--prefix", check=False
     ).stdout
     return (
         f"records: {recs}\ncordoned: {sorted(fleet.cordoned)}\nstatus.remediation: "

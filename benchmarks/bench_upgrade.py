@@ -154,7 +154,9 @@ def _operator_run(cluster: Any, client: Client, version: str) -> Run:
         labels = _labels(client, node)
         now = time.monotonic() - t0
         state = labels.get(state_key, "")
-        if state in (CORDONED, DRIVER_REPLACED, VALIDATED, DONE) or seen:
+        # the label says `done` from the run before until this upgrade starts: a step counts once
+        # this run's cordon (or a later step) was seen
+        if state in (CORDONED, DRIVER_REPLACED, VALIDATED) or (seen and state):
             seen.setdefault(state, now)
         if DRIVER_REPLACED in seen and "driver" not in seen:
             # the new revision's driver pod (the old one may still be Ready while it stops)
@@ -170,7 +172,7 @@ def _operator_run(cluster: Any, client: Client, version: str) -> Run:
             )
             if any(_pod_done(p, node) for p in pods):
                 seen["driver"] = now
-        if state == DONE and _running(client, APPS, "bench-work", node, exclude=before):
+        if DONE in seen and _running(client, APPS, "bench-work", node, exclude=before):
             seen["back"] = now
             return True
         return False

@@ -12,7 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sro.api.names import PREFIX, upgrade_annotation, validated_label
+from sro.api.names import (
+    PREFIX,
+    simulated_driver_opt_in_label,
+    simulated_opt_in_label,
+    upgrade_annotation,
+    validated_label,
+)
 from sro.operator.remediation.record import ACTIVE as REMEDIATION_ACTIVE
 from sro.operator.remediation.record import DONE as REMEDIATION_DONE
 from sro.operator.remediation.record import HELD as REMEDIATION_HELD
@@ -347,11 +353,13 @@ def node_leftovers(
     """What SpecialResource `sr` (deleted) left on nodes: labels, annotations or taints under
     `sro.dev/<sr>.`, and its remediation's node `condition`."""
     prefix = f"{PREFIX}{sr}."
+    # a node's opt-in to a recipe of the same name (`sro.dev/simulated-gpu.enabled`) is the admin's
+    admins = {simulated_opt_in_label(sr), simulated_driver_opt_in_label(sr)}
     out: list[Violation] = []
     for n in nodes:
         meta = _mapping(n.get("metadata"))
         name = meta.get("name")
-        keys = [k for k in _mapping(meta.get("labels")) if k.startswith(prefix)]
+        keys = [k for k in _mapping(meta.get("labels")) if k.startswith(prefix) and k not in admins]
         keys += [k for k in _mapping(meta.get("annotations")) if k.startswith(prefix)]
         spec, status = _mapping(n.get("spec")), _mapping(n.get("status"))
         keys += [

@@ -15,6 +15,7 @@ Each case removes what it made; run under the cluster lock (it cordons the node)
 from __future__ import annotations
 
 import json
+import ssl
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -62,12 +63,10 @@ def pod(name: str, app: str) -> dict[str, Any]:
 def as_sro() -> httpx.Client:
     """The admin's credentials with an operator replica's user agent (the audit log's `userAgent`)."""
     pki = Layout().pki
+    tls = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    tls.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
     return httpx.Client(
-        base_url="https://127.0.0.1:6443",
-        cert=(str(pki / "admin.crt"), str(pki / "admin.key")),
-        verify=str(pki / "ca.crt"),
-        headers={"User-Agent": AGENT},
-        timeout=10,
+        base_url="https://127.0.0.1:6443", verify=tls, headers={"User-Agent": AGENT}, timeout=10
     )
 
 
@@ -115,7 +114,8 @@ def test_the_observer_sees_a_stale_cordon_a_double_eviction_and_a_broken_pdb(
         lambda: get_json(cluster, "pdb", "-n", NS, PDB).get("status", {}).get("currentHealthy") == 1,
         30,
     )
-    observer = Observer(sr=GHOST, workload_ns=NS, pdb=PDB, audit_log=audit_log)
+    # no operator in its namespace: the real one's log and memory are the other case's
+    observer = Observer(sr=GHOST, workload_ns=NS, pdb=PDB, audit_log=audit_log, operator_ns=NS)
     observer.stale_grace_s = 3.0
     key = remediation_annotation(GHOST)
     record = {"state": "done", "cordoned": True, "steps": {}, "started": "", "updated": ""}

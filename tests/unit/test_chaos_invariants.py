@@ -221,7 +221,10 @@ def test_not_converged_says_why() -> None:
 
 def test_a_clean_node_has_no_leftovers() -> None:
     clean = node(
-        validated=None, spec={"taints": [{"key": "other/x"}]}, status={"conditions": [{"type": "Ready"}]}
+        validated=None,
+        meta={"labels": {f"sro.dev/{SR}.enabled": "true"}},  # the node's opt-in: the admin's
+        spec={"taints": [{"key": "other/x"}]},
+        status={"conditions": [{"type": "Ready"}]},
     )
     assert node_leftovers(SR, [clean], 1.0, "GpuHealthy") == []
     assert object_leftovers([], 1.0, SR) == []

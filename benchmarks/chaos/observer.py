@@ -162,11 +162,10 @@ class Observer:
         return inv.not_converged(doc, nodes, self.sr)
 
     def final_checks(self) -> list[Violation]:
+        """Memory and the operator's logs once more, after convergence: what they find that was not
+        seen before. Those are kept out of `violations()`/`stop()`, so the two lists add up."""
         now = time.time()
-        self._sample_memory(now)
-        self._check_logs(now)
-        found = [v for v in self.violations() if v.kind in ("memory", "traceback")]
-        return found
+        return self._add(self._sample_memory(now) + self._check_logs(now), keep=False)
 
     # ---- threads --------------------------------------------------------------------------------
     def _spawn(self, name: str, target: Callable[[], None]) -> None:
@@ -198,7 +197,7 @@ class Observer:
             self._look_once(now)
             if time.monotonic() - last_logs >= LOGS_S:
                 last_logs = time.monotonic()
-                self._check_logs(now)
+                self._add(self._check_logs(now))
 
     def _look_once(self, now: float) -> None:
         for what, step in (
@@ -208,7 +207,7 @@ class Observer:
             ("memory", self._sample_memory),
         ):
             try:
-                step(now)
+                self._add(step(now))
             except Exception as e:  # one look failing must not end the others
                 self._error(f"{what}: {type(e).__name__}: {e}")
 
@@ -264,16 +263,16 @@ class Observer:
             self.operator_restarts = inv.operator_restarts(self._op_restarts, self._op_initial or [])
 
     # ---- looks ----------------------------------------------------------------------------------
-    def _check_devices(self, now: float) -> None:
+    def _check_devices(self, now: float) -> list[Violation]:
         """foreign-device and devices-changed over every running, unprivileged workload container."""
         paths = host.device_paths()
         if paths is None:
-            return  # no simulated driver installed now (a fault removed it): nothing to compare
+            return []  # no simulated driver installed now (a fault removed it): nothing to compare
         by_rdev, by_id = paths
         try:
             assigned = podresources.list_assignments(podresources.DEFAULT_SOCKET)
         except podresources.KubeletUnavailable:
-            return  # the kubelet restarting: its allocations cannot be read this round
+            return []  # the kubelet restarting: its allocations cannot be read this round
         allocated: dict[tuple[str, str, str], set[str]] = {}
         for a in assigned:
             if a.namespace == self.workload_ns and a.resource == SIMULATED_GPU.resource:
@@ -305,9 +304,9 @@ class Observer:
         with self._lock:
             found, self._looks = inv.device_checks(self._looks, looks)
             self.containers_looked += len(looks)
-        self._add(found)
+        return found
 
-    def _check_cordons(self, now: float) -> None:
+    def _check_cordons(self, now: float) -> list[Violation]:
         with self._lock:
             nodes = list(self._nodes.values())
         facts = [
@@ -320,9 +319,9 @@ class Observer:
             for n in nodes
         ]
         found, self._cordons = inv.stale_cordons(facts, self._cordons, now, self.stale_grace_s)
-        self._add(found)
+        return found
 
-    def _check_audit(self, now: float) -> None:
+    def _check_audit(self, now: float) -> list[Violation]:
         events, self._audit_offset = audit.read_events(self.audit_log, self._audit_offset)
         for e in events:
             lease = e.resource == "leases" and e.name == OPERATOR_LEASE
@@ -349,7 +348,7 @@ class Observer:
                     f"to {o.end:%H:%M:%S.%f} while {o.holder or 'nobody'} held the lease",
                 )
             )
-        self._add(found)
+        return found
 
     def _disruption(self, e: audit.AuditEvent, verb: str) -> inv.Disruption:
         at = e.time.timestamp()
@@ -363,7 +362,7 @@ class Observer:
             steps = [s for t, s in self._steps.get(node, []) if t <= at + STEP_LAG_S]
         return inv.Disruption(at, e.namespace, e.name, uid, steps[-1] if steps else "", verb, guarded)
 
-    def _sample_memory(self, now: float) -> None:
+    def _sample_memory(self, now: float) -> list[Violation]:
         with self._lock:
             uids = [u for u, p in self._op_pods.items() if (p.get("status") or {}).get("phase") == "Running"]
         for pid in host.operator_pids(uids):
@@ -371,9 +370,10 @@ class Observer:
                 self.rss_peak_mib = max(self.rss_peak_mib, rss_mib(pid))
             except (OSError, RuntimeError):
                 continue
-        self._add(inv.memory(self.rss_peak_mib, now), once_per_kind=True)
+        # one violation however often the peak grows past the bound
+        return inv.memory(self.rss_peak_mib, now)
 
-    def _check_logs(self, now: float) -> None:
+    def _check_logs(self, now: float) -> list[Violation]:
         with self._lock:
             pods = list(self._op_pods.values())
         logs: dict[str, str] = {}
@@ -391,16 +391,21 @@ class Observer:
                     )
                     if out.returncode == 0:
                         logs[f"{name}/{cs.get('name')}{suffix}"] = out.stdout
-        self._add(inv.tracebacks(logs, now))
+        return inv.tracebacks(logs, now)
 
     # ---- keeping what was found -----------------------------------------------------------------
-    def _add(self, found: list[Violation], once_per_kind: bool = False) -> None:
+    def _add(self, found: list[Violation], keep: bool = True) -> list[Violation]:
+        """The violations not said before (a memory one once at all), kept unless `keep` is False."""
+        new = []
         with self._lock:
             for v in found:
-                key = (v.kind, "" if once_per_kind else v.detail)
+                key = (v.kind, "" if v.kind == "memory" else v.detail)
                 if key not in self._said:
                     self._said.add(key)
-                    self._violations.append(v)
+                    new.append(v)
+            if keep:
+                self._violations += new
+        return new
 
     def _error(self, message: str) -> None:
         with self._lock:

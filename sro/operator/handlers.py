@@ -198,6 +198,10 @@ def build_registry(op: Operator) -> kopf.OperatorRegistry:
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
         settings.posting.level = logging.WARNING
         settings.watching.server_timeout = 270
+        # kopf waits this long for more events of an object before handling them (0.1 s by default),
+        # so a new SpecialResource's daemon, and its first pass, started that much later; our
+        # handlers are cheap and SpecialResources few, so a short window costs nothing
+        settings.batching.batch_window = 0.02
         settings.watching.client_timeout = 300
 
     @kopf.on.login(registry=registry)

@@ -106,3 +106,14 @@ def test_the_wrapper_passes_such_a_container_to_runc_without_os(tmp_path: Path) 
     assert not {"os", "sro.node.runtime.specedits", "sro.node.runtime.driverfiles"} & modules, modules
     assert marker.read_text().split() == ["create", "--bundle", str(tmp_path), "c1"]
     assert json.loads((tmp_path / "config.json").read_text()) == config  # untouched
+
+
+def test_the_cdi_mode_ldcache_hook_imports_no_cgroup_or_mount_code(tmp_path: Path) -> None:
+    """update-ldcache (mode cdi's createContainer hook, issue 26) writes one file and runs ldconfig:
+    the device cgroup and mount modules are not its to import."""
+    (tmp_path / "rootfs").mkdir()
+    (tmp_path / "config.json").write_text(json.dumps({"root": {"path": "rootfs"}, "process": {"env": []}}))
+    rc, modules = _run_hook("update-ldcache", {"bundle": str(tmp_path), "pid": 1}, "--ldconfig", "none")
+    assert rc == 0
+    assert "sro.node.runtime.inject" in modules
+    assert not {"sro.node.runtime.devcgroup", "sro.node.runtime.mounting"} & set(modules), modules

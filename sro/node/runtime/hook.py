@@ -439,14 +439,16 @@ def run(args: HookArgs, stdin: IO[bytes]) -> None:
             return
     import os  # the active path: inject and its helpers import it anyway
 
-    from sro.node.runtime import devcgroup, inject, mounting, safepath
+    from sro.node.runtime import inject, safepath
 
-    if args.stage == "update-ldcache":
+    if args.stage == "update-ldcache":  # the CDI-mode ldcache hook: no cgroup, no mount code
         if args.opts.ldconfig:
             inject.check_host_ldconfig(args.opts.ldconfig, rootfs)
             with safepath.Root(rootfs, policy=args.opts.policy, use_openat2=args.opts.use_openat2) as root:
                 inject.update_ldcache(root, args.folders, args.opts.ldconfig)
         return
+    from sro.node.runtime import devcgroup, mounting
+
     plan = build_plan(args, config, requests)
     if plan.empty:
         return

@@ -16,7 +16,6 @@ import stat
 import sys
 import time
 
-from sro.node.runtime import mounting
 from sro.node.runtime.safepath import PathError, Root
 
 TYPE_CHECKING = False  # no typing/dataclasses/signal (enum) at run time: the hook imports this module
@@ -112,6 +111,8 @@ def already_there(root: Root, m: FileMount) -> bool:
 
 
 def _mount_all(root: Root, plan: InjectionPlan, opts: Options) -> None:
+    from sro.node.runtime import mounting  # not at the top: the CDI-mode ldcache hook mounts nothing
+
     for m in plan.mounts:
         try:
             fd = root.mount_target(m.container_path, m.kind)

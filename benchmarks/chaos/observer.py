@@ -144,6 +144,7 @@ class Observer:
         self._look_once(time.time())  # what happened since the last look
         # the watches end when their connections do (they wait for the next event otherwise)
         self._watch_client.close()
+        self._client.close()  # its pooled TLS connections (an unclosed one is a ResourceWarning)
         return self.violations()
 
     def violations(self) -> list[Violation]:
@@ -439,4 +440,5 @@ def leftovers(sr: str) -> list[Violation]:
     ]
     out += inv.object_leftovers(objects, now, sr)
     out += inv.node_leftovers(sr, [_dict(n) for n in client.list(Node)], now, CONDITION)
+    client.close()
     return out

@@ -89,7 +89,10 @@ def test_restart_keeps_the_node_ready_and_the_running_pod(
     assert new is not None and new.pid != old.pid
 
     ready = wait_for(f"node Ready after the {component} restart", cluster.node_ready, 120)
-    figure(f"sro local restart {component}: {took:.1f} s, node Ready {ready:.1f} s after")
+    stopped = re.search(rf"{component}: (stopped in .*)", text)
+    figure(
+        f"sro local restart {component}: {took:.1f} s ({stopped and stopped.group(1)}), node Ready {ready:.1f} s after"
+    )
 
     def same_container() -> bool:
         now = _container(cluster, ns, name)

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from benchmarks.chaos.faults import INJECTORS, Target
 from benchmarks.chaos.report import FaultRecord, Outcome, ViolationLike
-from benchmarks.chaos.schedule import schedule
+from benchmarks.chaos.schedule import MIN_GAP_S, schedule
 from sro.api.names import validated_label
 from sro.api.recipes import SIMULATED_GPU
 from sro.local.cluster import LocalCluster
@@ -203,12 +203,17 @@ def run_faults(
     outcome: Outcome,
     progress: Progress,
     injectors: dict[str, Callable[..., str]] = INJECTORS,
+    min_gap_s: float = MIN_GAP_S,
 ) -> None:
-    """Injects each planned fault at its time; between them records each one's convergence."""
+    """Injects each planned fault at its time, or `min_gap_s` after the one before ended when that
+    one ran past it (an upgrade and its rollback take minutes: the faults after it keep their order
+    and parameters, and each still gets its gap to act in); between them records each one's
+    convergence."""
     start = outcome.started_at
+    due = plan[0].at_s if plan else 0.0
     for i, planned in enumerate(plan):
-        while time.time() - start < planned.at_s:
-            time.sleep(min(POLL_S, max(0.0, planned.at_s - (time.time() - start))))
+        while time.time() - start < due:
+            time.sleep(min(POLL_S, max(0.0, due - (time.time() - start))))
         t0 = time.time() - start
         try:
             line = injectors[planned.kind](target, planned.params)
@@ -217,15 +222,15 @@ def run_faults(
             outcome.errors.append(f"{planned.kind} at {t0:.1f} s: {line}")
         t1 = time.time() - start
         progress(f"{t0:7.1f}s {planned.kind}: {line}")
-        next_at = plan[i + 1].at_s if i + 1 < len(plan) else None
         converged: float | None = None
-        if next_at is not None:
-            while time.time() - start < next_at:
+        if i + 1 < len(plan):
+            due = max(plan[i + 1].at_s, t1 + min_gap_s)
+            while time.time() - start < due:
                 if _converged_now(observer):
-                    converged = time.time() - start - POLL_S - t1
+                    converged = max(0.0, time.time() - start - POLL_S - t1)
                     break
                 time.sleep(POLL_S)
-        outcome.faults.append(FaultRecord(planned, t0, t1, line, max(0.0, converged) if converged is not None else None))  # fmt: skip
+        outcome.faults.append(FaultRecord(planned, t0, t1, line, converged))
 
 
 def wait_converged(observer: ObserverLike, since: float, bound: float) -> float | None:

@@ -121,13 +121,28 @@ def test_run_faults_injects_in_order_and_measures_convergence(monkeypatch: pytes
     plan = [Planned(0.0, "a", {"n": 1}), Planned(0.3, "b", {"n": 2}), Planned(0.6, "a", {"n": 3})]
     out = Outcome(5, 1, ("a", "b"), plan)
     out.started_at = time.time()
-    runner.run_faults(None, obs, plan, out, lambda _: None, {"a": inject, "b": broken})  # type: ignore[arg-type]
+    runner.run_faults(None, obs, plan, out, lambda _: None, {"a": inject, "b": broken}, 0.05)  # type: ignore[arg-type]
     assert calls == ["1", "3"]
     assert out.faults[0].line == "fault 1"
     assert "boom" in out.faults[1].line and out.errors and "b at" in out.errors[0]
     assert out.faults[0].converged_s is not None and out.faults[0].converged_s < 0.3
     assert out.faults[2].converged_s is None  # the last one: wait_converged measures it
     assert runner.wait_converged(obs, time.time(), 1.0) is not None
+    assert [round(f.started_s, 1) for f in out.faults] == [0.0, 0.3, 0.6]  # on time
+
+
+def test_a_fault_that_runs_late_pushes_the_next_by_the_gap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner, "POLL_S", 0.01)
+
+    def slow(t: Any, p: dict[str, Any]) -> str:
+        time.sleep(float(p["s"]))
+        return "done"
+
+    plan = [Planned(0.0, "a", {"s": 0.5}), Planned(0.1, "a", {"s": 0.0})]
+    out = Outcome(5, 1, ("a",), plan)
+    out.started_at = time.time()
+    runner.run_faults(None, StandIn(), plan, out, lambda _: None, {"a": slow}, 0.3)  # type: ignore[arg-type]
+    assert out.faults[1].started_s >= out.faults[0].ended_s + 0.3
 
 
 # ---- the report ----------------------------------------------------------------------------------------

@@ -196,6 +196,12 @@ def _tag(t: Target, new: str) -> None:
     subprocess.run([*ctr, t.image, new], check=True, capture_output=True, text=True)
 
 
+def untag(cluster: LocalCluster, image: str) -> None:
+    """Removes the upgrade's tag (after the campaign: the rollback left nothing on it)."""
+    ctr = ["ctr", "--address", str(cluster.layout.containerd_socket), "-n", "k8s.io", "images", "rm"]
+    subprocess.run([*ctr, f"{image.rsplit(':', 1)[0]}:{UPGRADE_TAG}"], capture_output=True, check=False)
+
+
 def sro_upgraded(t: Target, p: Params) -> str:
     """`sro install` with a new image tag (the operator and every operand's template change; the
     driver's revision with it), then back to the installed one."""

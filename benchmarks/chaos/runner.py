@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from benchmarks.chaos.faults import INJECTORS, Target
+from benchmarks.chaos.faults import INJECTORS, Target, untag
 from benchmarks.chaos.report import FaultRecord, Outcome, ViolationLike
 from benchmarks.chaos.schedule import MIN_GAP_S, schedule
 from sro.api.names import validated_label
@@ -296,6 +296,7 @@ def campaign(
         outcome.errors.append(f"{type(e).__name__}: {e}")
     finally:
         outcome.errors += tear_down(cluster, progress)
+        untag(cluster, image)
     if not outcome.errors:
         outcome.violations += leftovers()
     return outcome

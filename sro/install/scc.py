@@ -127,9 +127,9 @@ OPERANDS: Final[tuple[Operand, ...]] = (
     Operand(
         "sro-exporter",
         "the exporter: root (the kubelet's pod-resources socket is root's), reads it and the driver "
-        "root; no capability; its token (it reads its Node)",
+        "root; no capability; its token (it reads its Node); its ready file in an emptyDir",
         host_dir=True,
-        volumes=("configMap",),
+        volumes=("configMap", "emptyDir"),
         token=True,
     ),
     Operand(

@@ -162,7 +162,14 @@ def plugin(cluster: LocalCluster, cdi_node: str, sro_image: str, runtime_state: 
         plugin_config="version: v1\n", cdi_nodes=[cdi_node],
     )  # fmt: skip
     docs = [d for d in yaml.safe_load_all(manifests) if d and d["kind"] != "Namespace"]
+    # `sro install` owns the plugin's ServiceAccount in sro-system: one that was there stays there
+    # (deleting it left the operator's device-plugin DaemonSet unable to create pods afterwards)
+    installed = (
+        cluster.kubectl("get", "serviceaccount", "-n", NS, "sro-device-plugin", check=False).returncode == 0
+    )
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+    if installed:
+        docs = [d for d in docs if d["kind"] != "ServiceAccount"]
 
     def allocatable() -> int:
         node = _kubectl_json(cluster, "get", "node", cdi_node)

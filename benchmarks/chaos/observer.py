@@ -15,6 +15,7 @@ machine's (the observer runs as root beside it).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import threading
@@ -24,7 +25,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from lightkube import Client
+from lightkube import Client, KubeConfig
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.resources.core_v1 import Node, Pod
 
@@ -79,8 +80,8 @@ class Observer:
         self.rss_peak_mib = 0.0
         self.containers_looked = 0  # container looks made (a run with none checked no device)
         self.errors: list[str] = []  # what the observer could not look at (kept for the report)
-        self._client = Client()
-        self._watch_client = Client()  # the watches' own connections, closed by stop()
+        self._client = cluster_client()
+        self._watch_client = cluster_client()  # the watches' own connections, closed by stop()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -415,12 +416,20 @@ class Observer:
 
 
 # ---- after the SpecialResource is deleted -----------------------------------------------------
+def cluster_client() -> Client:
+    """A client of the cluster $KUBECONFIG names, else of this machine's local cluster: a test or a
+    make target does not have `sro local env`'s exports (lightkube alone would find no config)."""
+    if os.environ.get("KUBECONFIG"):
+        return Client()
+    return Client(config=KubeConfig.from_file(Layout().admin_kubeconfig))
+
+
 def leftovers(sr: str) -> list[Violation]:
     """Everything SpecialResource `sr` left after its delete: the object itself, anything labelled
     with it (pods, DaemonSets, ConfigMaps, …), and its labels, annotations, taints and remediation
     condition on nodes."""
     now = time.time()
-    client = Client()
+    client = cluster_client()
     out: list[Violation] = []
     try:
         client.get(SpecialResource, sr)

@@ -40,12 +40,15 @@ def installed(cluster: LocalCluster, sro_image: str) -> Iterator[None]:
 def test_the_leaders_writes_are_audited_under_its_pod_name(cluster: LocalCluster, installed: None) -> None:
     log = cluster.layout.audit_log
     _, offset = read_events(log)  # from here on
-    wait_for(
-        "a replica to hold the operator's lease",
-        lambda: get_json(cluster, "lease", "sro-operator", "-n", NS)["spec"].get("holderIdentity"),
-        120,
-    )
-    leader = get_json(cluster, "lease", "sro-operator", "-n", NS)["spec"]["holderIdentity"]
+
+    def holder() -> str:
+        """The Lease's holder; "" while there is none (a fresh install creates the Lease only once a
+        replica runs, seconds after `sro install` returns)."""
+        out = cluster.kubectl("get", "lease", "sro-operator", "-n", NS, "-o", "json", check=False)
+        return json.loads(out.stdout)["spec"].get("holderIdentity") or "" if out.returncode == 0 else ""
+
+    wait_for("a replica to hold the operator's lease", holder, 120)
+    leader = holder()
     pods = get_json(cluster, "pods", "-n", NS, "-l", "app.kubernetes.io/name=sro-operator")["items"]
     assert leader in {p["metadata"]["name"] for p in pods}, leader
     cluster.kubectl("apply", "-f", "-", input=json.dumps(BODY))

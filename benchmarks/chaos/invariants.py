@@ -298,11 +298,13 @@ def memory(peak_mib: float, at: float, bound: float = RSS_BOUND_MIB) -> list[Vio
     return [Violation("memory", at, f"operator RSS peaked at {peak_mib:.1f} MiB (bound {bound:.0f} MiB)")]
 
 
-def operator_restarts(restart_counts: Mapping[str, int], initial: Sequence[str]) -> int:
-    """Container restarts (the highest restartCount seen per pod uid) plus pods that replaced the
-    ones running when the observer started (`initial`, their uids)."""
+def operator_restarts(restart_counts: Mapping[str, int], initial: Mapping[str, int]) -> int:
+    """Restarts since the observer started: container restarts (the highest restartCount seen per pod
+    uid, less the count the pod had at start: `initial`, uid -> restartCount of the pods running
+    then) plus pods that replaced those."""
     replaced = len(set(restart_counts) - set(initial))
-    return sum(restart_counts.values()) + replaced
+    since = sum(max(0, n - initial.get(uid, 0)) for uid, n in restart_counts.items())
+    return since + replaced
 
 
 # ---- convergence and leftovers ---------------------------------------------------------------------

@@ -57,6 +57,12 @@ def _kubectl() -> str:
     return shutil.which("kubectl") or str(Layout().state / "bin" / "kubectl")
 
 
+def _kubectl_env() -> dict[str, str]:
+    """kubectl's environment: $KUBECONFIG where set, else the local cluster's admin kubeconfig (as
+    `cluster_client`); without it kubectl finds no cluster and its output would be read as empty."""
+    return {"KUBECONFIG": str(Layout().admin_kubeconfig), **os.environ}
+
+
 def _dict(obj: Any) -> dict[str, Any]:
     out: dict[str, Any] = obj.to_dict()
     return out
@@ -95,7 +101,7 @@ class Observer:
         self._pdb_selector: dict[str, Any] | None = None  # None: the PDB not seen yet
         self._op_pods: dict[str, dict[str, Any]] = {}  # uid -> operator pod (gone ones kept)
         self._op_restarts: dict[str, int] = {}
-        self._op_initial: list[str] | None = None
+        self._op_initial: dict[str, int] = {}  # uid -> restartCount of the pods running at start
         self._looks: dict[str, inv.ContainerLook] = {}
         self._cordons: inv.CordonClock = {}
         self._disruptions: list[inv.Disruption] = []
@@ -108,11 +114,11 @@ class Observer:
     # ---- the API --------------------------------------------------------------------------------
     def start(self) -> None:
         self._audit_offset = self.audit_log.stat().st_size if self.audit_log.exists() else 0
-        self._op_initial = [
-            p.metadata.uid
+        self._op_initial = {
+            p.metadata.uid: sum(c.restartCount for c in ((p.status and p.status.containerStatuses) or []))
             for p in self._client.list(Pod, namespace=self.operator_ns, labels=OPERATOR_LABEL)
             if p.metadata is not None and p.metadata.uid
-        ]
+        }
         watches: list[
             tuple[str, Callable[[], Iterator[tuple[str, Any]]], Callable[[str, dict[str, Any]], None]]
         ] = [
@@ -262,7 +268,7 @@ class Observer:
             if kind != "DELETED":
                 self._op_pods[uid] = pod
             self._op_restarts[uid] = max(self._op_restarts.get(uid, 0), restarts)
-            self.operator_restarts = inv.operator_restarts(self._op_restarts, self._op_initial or [])
+            self.operator_restarts = inv.operator_restarts(self._op_restarts, self._op_initial)
 
     # ---- looks ----------------------------------------------------------------------------------
     def _check_devices(self, now: float) -> list[Violation]:
@@ -390,6 +396,7 @@ class Observer:
                         capture_output=True,
                         text=True,
                         timeout=30,
+                        env=_kubectl_env(),
                     )
                     if out.returncode == 0:
                         logs[f"{name}/{cs.get('name')}{suffix}"] = out.stdout
@@ -442,6 +449,7 @@ def leftovers(sr: str) -> list[Violation]:
         text=True,
         timeout=60,
         check=True,
+        env=_kubectl_env(),
     )
     objects = [
         f"{o['kind']}/{o['metadata'].get('namespace', '')}/{o['metadata']['name']}"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from sro.api.names import OPERATOR_LEASE, RUNTIME_LAUNCHER
+from sro.api.names import NAMESPACE, OPERATOR_LEASE, RUNTIME_LAUNCHER
 from sro.local.layout import (
     CLUSTER_DOMAIN,
     PAUSE_IMAGE,
@@ -43,7 +43,9 @@ ADMISSION_PLUGINS = (
 # small enough to read continuously (the fault campaign's observer follows it: one leader acts at a time,
 # an eviction is accepted once). Rules apply first match first.
 # - the operator's Lease (`sro-operator`) at Request level: its writes carry holderIdentity (a renewal, a
-#   take-over, a release to none), which Metadata does not show;
+#   take-over, a release to none), which Metadata does not show. A create names no object in its URL, so
+#   a rule with resourceNames never matches it: the Lease's first write (a fresh install) is matched by
+#   the rule for creates of Leases in sro's namespace, the only Lease there;
 # - the nodes' heartbeats (their Leases in kube-node-lease, every 10 s per node, from hollow and
 #   simulated nodes too) and Events: left out, they would be most of the log and say nothing about who acted;
 # - every other write on every resource and subresource (pods/eviction creates, nodes/status patches)
@@ -60,6 +62,12 @@ AUDIT_POLICY = {
             "resources": [
                 {"group": "coordination.k8s.io", "resources": ["leases"], "resourceNames": [OPERATOR_LEASE]}
             ],
+        },
+        {
+            "level": "Request",
+            "verbs": ["create"],
+            "namespaces": [NAMESPACE],
+            "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}],
         },
         {"level": "None", "namespaces": ["kube-node-lease"]},
         {"level": "None", "resources": [{"group": "", "resources": ["events"]}]},

@@ -174,10 +174,6 @@ def ready(cluster: LocalCluster, sro_image: str) -> Iterator[None]:
         assert out.returncode == 0, out.stdout + out.stderr
 
 
-@pytest.mark.skip(
-    reason="under make e2e after a fresh install the observer counted 4 operator restarts in the idle window "
-    "(passes where sro was installed before); not yet known whether the count or the operator is wrong"
-)
 def test_an_idle_healthy_specialresource_gives_no_violation(
     cluster: LocalCluster, ready: None, namespace: None
 ) -> None:

@@ -182,8 +182,12 @@ def test_memory_under_the_bound_is_fine_and_over_it_is_not() -> None:
 
 
 def test_operator_restarts_count_container_restarts_and_replaced_pods() -> None:
-    assert operator_restarts({"a": 0, "b": 0}, ["a", "b"]) == 0
-    assert operator_restarts({"a": 2, "b": 0, "c": 1}, ["a", "b"]) == 4  # 2 + 1 restarts, c replaced one
+    assert operator_restarts({"a": 0, "b": 0}, {"a": 0, "b": 0}) == 0
+    assert (
+        operator_restarts({"a": 2, "b": 0, "c": 1}, {"a": 0, "b": 0}) == 4
+    )  # 2 + 1 restarts, c replaced one
+    # restarts from before the observer started are not counted: a has restarted once since
+    assert operator_restarts({"a": 5, "b": 2}, {"a": 4, "b": 2}) == 1
 
 
 # ---- convergence and leftovers ---------------------------------------------------------------------

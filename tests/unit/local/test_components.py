@@ -90,7 +90,7 @@ def test_cni_conflist_uses_own_bridge_and_pod_cidr() -> None:
 
 
 def test_apiserver_audits_writes_to_the_layouts_log_with_rotation(tmp_path: Path) -> None:
-    from sro.api.names import OPERATOR_LEASE
+    from sro.api.names import NAMESPACE, OPERATOR_LEASE
     from sro.local.components import Component
 
     layout = Layout(state=tmp_path / "state")
@@ -106,11 +106,14 @@ def test_apiserver_audits_writes_to_the_layouts_log_with_rotation(tmp_path: Path
     rules = policy["rules"]
     # the operator's Lease with its request (holderIdentity), before anything else matches it
     assert rules[0]["level"] == "Request" and rules[0]["resources"][0]["resourceNames"] == [OPERATOR_LEASE]
+    # its create too, which names no object in the URL (resourceNames cannot match it): Leases in sro's namespace
+    assert rules[1]["level"] == "Request" and rules[1]["verbs"] == ["create"]
+    assert rules[1]["namespaces"] == [NAMESPACE] and rules[1]["resources"][0]["resources"] == ["leases"]
     writes = next(r for r in rules if r["level"] == "Metadata")
     assert sorted(writes["verbs"]) == ["create", "delete", "deletecollection", "patch", "update"]
     assert "resources" not in writes, "every resource and subresource (pods/eviction) is audited"
     assert rules[-1] == {"level": "None"}, "reads and watches are not logged"
-    assert all(r["level"] == "None" for r in rules[1:] if r is not writes), "only writes are logged"
+    assert all(r["level"] == "None" for r in rules[2:] if r is not writes), "only writes are logged"
     assert {"level": "None", "namespaces": ["kube-node-lease"]} in rules[: rules.index(writes)]
 
 

@@ -106,14 +106,14 @@ class Observer:
         self._cordons: inv.CordonClock = {}
         self._disruptions: list[inv.Disruption] = []
         self._lease_events: list[audit.AuditEvent] = []
-        self._audit_offset = 0
+        self._audit = audit.Cursor()
         # sro's writes are known by a replica's user agent, or by the operator's service account
         # (an operator image from before the user agent named its replica)
         self._operator_user = f"system:serviceaccount:{operator_ns}:sro-operator"
 
     # ---- the API --------------------------------------------------------------------------------
     def start(self) -> None:
-        self._audit_offset = self.audit_log.stat().st_size if self.audit_log.exists() else 0
+        self._audit = audit.end_of(self.audit_log)  # from here on
         self._op_initial = {
             p.metadata.uid: sum(c.restartCount for c in ((p.status and p.status.containerStatuses) or []))
             for p in self._client.list(Pod, namespace=self.operator_ns, labels=OPERATOR_LABEL)
@@ -330,7 +330,7 @@ class Observer:
         return found
 
     def _check_audit(self, now: float) -> list[Violation]:
-        events, self._audit_offset = audit.read_events(self.audit_log, self._audit_offset)
+        events, self._audit = audit.follow(self.audit_log, self._audit)
         for e in events:
             lease = e.resource == "leases" and e.name == OPERATOR_LEASE
             if e.is_write and (lease or e.replica is not None):

@@ -5,7 +5,7 @@ both write labels, taints and pods. The fault campaign proves they never do from
 itself saw: the audit log (`Layout.audit_log`, policy `components.AUDIT_POLICY`) records every write
 with the writer's user agent, and each operator replica's user agent names it
 (`sro-operator/<version> (<replica>)`), the same name it holds the Lease as. Pure: text in, records
-out; the caller reads the file (`read_events` only opens it and seeks).
+out; the caller reads the file (`read_events` and `follow` only open it and seek).
 """
 
 from __future__ import annotations
@@ -128,12 +128,8 @@ def parse_lines(data: bytes) -> tuple[list[AuditEvent], int]:
 
 def read_events(path: Path, since_offset: int = 0) -> tuple[list[AuditEvent], int]:
     """The events written to `path` after byte `since_offset`, and the offset to read from next.
-
-    Follow the log by passing the returned offset back in. A file shorter than the offset has been
-    rotated (the API server renamed it and began a new one): reading starts again at 0, and what was
-    written to the old file after the last read is in the newest `kube-apiserver-audit-*.log`.
-    A missing file reads as no events.
-    """
+    A file shorter than the offset is read from its start; a missing file reads as no events. To
+    follow a log the API server rotates, use `follow`."""
     try:
         with path.open("rb") as f:
             size = f.seek(0, 2)
@@ -144,6 +140,58 @@ def read_events(path: Path, since_offset: int = 0) -> tuple[list[AuditEvent], in
         return [], since_offset
     events, used = parse_lines(data)
     return events, start + used
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Where a reader of the log is: the file it was reading (its inode; 0 before the first read)
+    and the byte after the last complete line it read there."""
+
+    inode: int = 0
+    offset: int = 0
+
+
+def rotated(path: Path, inode: int) -> Path | None:
+    """The backup the API server renamed `path` to (`<stem>-<time><suffix>` beside it, the same
+    inode), or None when it is gone (pruned past --audit-log-maxbackup)."""
+    for backup in path.parent.glob(f"{path.stem}-*{path.suffix}"):
+        try:
+            if backup.stat().st_ino == inode:
+                return backup
+        except FileNotFoundError:
+            continue
+    return None
+
+
+def end_of(path: Path) -> Cursor:
+    """A cursor at the log's end: follow from here on (a missing log: from its start, once made)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return Cursor()
+    return Cursor(st.st_ino, st.st_size)
+
+
+def follow(path: Path, cursor: Cursor = Cursor()) -> tuple[list[AuditEvent], Cursor]:
+    """The events written since `cursor`, and the cursor to pass back next time.
+
+    Why by inode: the API server rotates the log by renaming it and starting a new file, and the
+    lines written to the old file between the last read and the rename would be lost by a reader
+    that only sees the path start over. When the path's inode is no longer the cursor's, the rest
+    of the renamed file is read first, then the new file from its start."""
+    try:
+        inode = path.stat().st_ino
+    except FileNotFoundError:
+        return [], cursor
+    events: list[AuditEvent] = []
+    offset = cursor.offset
+    if cursor.inode and inode != cursor.inode:
+        old = rotated(path, cursor.inode)
+        if old is not None:
+            events, _ = read_events(old, cursor.offset)
+        offset = 0
+    new, offset = read_events(path, offset)
+    return events + new, Cursor(inode, offset)
 
 
 @dataclass(frozen=True)

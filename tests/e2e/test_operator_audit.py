@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from sro.local.audit import AuditEvent, read_events, terms, writers_per_term
+from sro.local.audit import AuditEvent, end_of, follow, terms, writers_per_term
 from sro.local.cluster import LocalCluster
 from tests.e2e.helpers import figure, get_json, sro, wait_for
 
@@ -39,7 +39,7 @@ def installed(cluster: LocalCluster, sro_image: str) -> Iterator[None]:
 
 def test_the_leaders_writes_are_audited_under_its_pod_name(cluster: LocalCluster, installed: None) -> None:
     log = cluster.layout.audit_log
-    _, offset = read_events(log)  # from here on
+    cursor = end_of(log)  # from here on
 
     def holder() -> str:
         """The Lease's holder; "" while there is none (a fresh install creates the Lease only once a
@@ -56,8 +56,8 @@ def test_the_leaders_writes_are_audited_under_its_pod_name(cluster: LocalCluster
     seen: list[AuditEvent] = []
 
     def status_written() -> bool:
-        nonlocal offset
-        events, offset = read_events(log, offset)
+        nonlocal cursor
+        events, cursor = follow(log, cursor)
         seen.extend(events)
         return any(
             e.resource == "specialresources" and e.name == SR and e.replica is not None and e.accepted

@@ -10,6 +10,9 @@ from typing import Any
 
 from sro.local.audit import (
     AuditEvent,
+    Cursor,
+    end_of,
+    follow,
     parse_event,
     read_events,
     replica_of,
@@ -150,6 +153,41 @@ def test_a_rotated_log_is_read_again_from_its_start(tmp_path: Path) -> None:
     events, _ = read_events(log, offset)
     assert [e.replica for e in events] == [B]
     assert read_events(tmp_path / "missing.log", 7) == ([], 7)
+
+
+def test_following_reads_the_rest_of_a_rotated_file_then_the_new_one(tmp_path: Path) -> None:
+    log = tmp_path / "kube-apiserver-audit.log"
+    log.write_text(json.dumps(node_write(1, A)) + "\n")
+    events, cursor = follow(log)
+    assert [e.replica for e in events] == [A] and cursor == Cursor(log.stat().st_ino, log.stat().st_size)
+    with log.open("a") as f:  # written after the last read, then the API server rotates
+        f.write(json.dumps(node_write(2, A)) + "\n")
+    log.rename(tmp_path / "kube-apiserver-audit-2026-11-26T09-30-00.000.log")
+    log.write_text(json.dumps(node_write(3, B)) + "\n")
+    events, cursor = follow(log, cursor)
+    assert [(e.replica, e.time) for e in events] == [
+        (A, T0 + timedelta(seconds=2)),
+        (B, T0 + timedelta(seconds=3)),
+    ]
+    assert cursor == Cursor(log.stat().st_ino, log.stat().st_size)
+    assert follow(log, cursor) == ([], cursor)
+    assert end_of(log) == cursor and end_of(tmp_path / "missing.log") == Cursor()
+
+
+def test_following_a_rotated_file_already_pruned_reads_the_new_one(tmp_path: Path) -> None:
+    log = tmp_path / "kube-apiserver-audit.log"
+    log.write_text(json.dumps(node_write(1, A)) + "\n")
+    _, cursor = follow(log)
+    log.unlink()  # between two rotations, for an instant: no file
+    assert follow(log, cursor) == ([], cursor)  # nothing, the cursor kept
+    log.write_text(json.dumps(node_write(1, A)) + "\n")
+    _, cursor = follow(log)
+    backup = tmp_path / "kube-apiserver-audit-2026-11-26T09-30-00.000.log"
+    log.rename(backup)  # rotated, a new file begun, then the backup pruned past --audit-log-maxbackup
+    log.write_text(json.dumps(node_write(3, B)) + "\n")
+    backup.unlink()
+    events, _ = follow(log, cursor)
+    assert [e.replica for e in events] == [B]
 
 
 def test_terms_follow_take_overs_not_renewals_or_refused_writes() -> None:

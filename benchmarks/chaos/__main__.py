@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from benchmarks.chaos.schedule import parse_kinds
+from benchmarks.chaos.schedule import KINDS, parse_kinds
 
 _T0 = time.monotonic()
 
@@ -18,12 +18,20 @@ def _progress(message: str) -> None:
 
 
 def _args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks chaos", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks chaos",
+        description="The seeded fault campaign on the local cluster (root; `sro local up` first): sro "
+        "installed, a simulated-gpu SpecialResource with a workload holding devices, then faults for "
+        "--minutes with invariants checked throughout; prints the table and the fault log and exits 1 "
+        "on any violation. The same --seed (and --minutes, --faults) gives the same schedule.",
+    )
     parser.add_argument(
         "--seed", type=int, default=None, help="the schedule's seed (default: from the clock)"
     )
     parser.add_argument("--minutes", type=float, default=10.0, help="how long faults are injected (10)")
-    parser.add_argument("--faults", default="", help="comma-separated fault kinds (default: all)")
+    parser.add_argument(
+        "--faults", default="", help=f"comma-separated fault kinds (default: all): {', '.join(KINDS)}"
+    )
     args = parser.parse_args(argv)
     if not 0 < args.minutes <= 24 * 60:
         parser.error(f"--minutes must be in (0, 1440], not {args.minutes:g}")

@@ -48,6 +48,7 @@ MODULES = (
     "node/runtime/records.py",
     "node/runtime/safepath.py",
     "node/runtime/specedits.py",
+    "node/runtime/statewait.py",
     "node/runtime/syscalls.py",
     "node/runtime/wrapper.py",
 )

@@ -37,13 +37,13 @@ import sys
 
 TYPE_CHECKING = False  # typing itself is not imported at run time: every ms counts here
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from typing import IO, Any
 
     from sro.node.runtime.activation import Access, Request
-    from sro.node.runtime.hookrecipes import HookRecipe
+    from sro.node.runtime.hookrecipes import AnyRecipe, HookRecipe
     from sro.node.runtime.inject import Options
-    from sro.node.runtime.inventory import InjectionPlan
+    from sro.node.runtime.inventory import DriverInventory, InjectionPlan
 
 STAGES = ("prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop")
 ACTIVE_STAGES = ("prestart", "createContainer")
@@ -128,6 +128,7 @@ class HookArgs:
     """Parsed options. A plain class: a dataclass import would cost the idle hook several ms."""
 
     __slots__ = (
+        "_found",
         "_loaded",
         "_opt",
         "_roots",
@@ -156,6 +157,7 @@ class HookArgs:
     ) -> None:
         self.recipe_files = recipe_files
         self._loaded: tuple[HookRecipe, ...] | None = None
+        self._found: dict[str, DriverInventory] = {}
         self.accept_envvar_unprivileged = accept_envvar_unprivileged
         self.management_namespaces = management_namespaces
         self.stage = stage
@@ -192,6 +194,43 @@ class HookArgs:
             out.append(recipe)
         self._loaded = tuple(out)
         return self._loaded
+
+    def discovered(self, recipe: AnyRecipe) -> DriverInventory:
+        """What `recipe`'s driver offers on this host (driverfiles.discover), found once per hook run."""
+        found = self._found.get(recipe.name)
+        if found is None:
+            from sro.node.runtime import driverfiles
+
+            found = driverfiles.discover(recipe, self.driver_roots.get(recipe.name), self.dev_root)
+            self._found[recipe.name] = found
+        return found
+
+    def prepare(self) -> tuple[Callable[[], object], ...]:
+        """The active path's own work, in the order it needs it, to do while runc's state is in
+        flight (statewait): importing the code that decides, finds and injects, and finding this
+        host's driver files. Nothing of the container is read: the state names it."""
+
+        def deciding() -> None:
+            from sro.node.runtime import activation  # noqa: F401
+
+            self.recipes  # noqa: B018 - loads them (a bad --recipe is reported on the real path)
+
+        def finding() -> None:
+            from sro.node.runtime import driverfiles, inventory  # noqa: F401
+
+        def discovering() -> None:
+            for recipe in self.recipes:
+                self.discovered(recipe)
+
+        def injecting() -> None:
+            from sro.node.runtime import devcgroup, inject, mounting  # noqa: F401
+
+        def ldcache() -> None:
+            from sro.node.runtime import inject, safepath  # noqa: F401
+
+        if self.stage == "update-ldcache":
+            return (ldcache,)
+        return (deciding, finding, discovering, injecting) if self.stage in ACTIVE_STAGES else ()
 
     @property
     def driver_roots(self) -> dict[str, str]:
@@ -302,8 +341,14 @@ def may_ask(config: Mapping[str, Any]) -> bool:
     return any(not isinstance(k, str) or k.startswith(ANNOTATION_PREFIXES) for k in annotations)
 
 
-def read_state(stream: IO[bytes]) -> dict[str, Any]:
-    raw = stream.read(MAX_STATE_BYTES + 1)
+def read_state(stream: IO[bytes], while_waiting: Sequence[Callable[[], object]] = ()) -> dict[str, Any]:
+    """The state JSON runc writes on stdin; `while_waiting` run until it comes (see statewait)."""
+    if while_waiting:
+        from sro.node.runtime.statewait import read_overlapped
+
+        raw = read_overlapped(stream, MAX_STATE_BYTES + 1, while_waiting)
+    else:
+        raw = stream.read(MAX_STATE_BYTES + 1)
     if len(raw) > MAX_STATE_BYTES:
         raise HookError("state JSON on stdin: larger than 1 MiB")
     try:
@@ -370,10 +415,8 @@ def access_for(args: HookArgs, config: Mapping[str, Any]) -> Access:
     allocated: dict[str, tuple[str, ...]] = {}
     numbers = activation.device_numbers(config)
     if numbers and not priv:
-        from sro.node.runtime import driverfiles  # only to read an allocation (it imports os)
-
         for recipe in args.recipes:
-            found = driverfiles.find_devices(recipe, args.dev_root)
+            found = args.discovered(recipe).devices
             # a companion's number gives its whole device, as its primary node's does
             ids = tuple(dict.fromkeys(d.device_id for d in found if (d.major, d.minor) in numbers))
             if ids:
@@ -405,14 +448,11 @@ def build_plan(
     args: HookArgs, config: Mapping[str, Any], requests: Sequence[Request] | None = None
 ) -> InjectionPlan:
     """The injection plan for the container's requests (`requests_of` unless given)."""
-    from sro.node.runtime import driverfiles, inventory
+    from sro.node.runtime import inventory
 
     if requests is None:
         requests = requests_of(args, config)
-    inventories = {
-        r.recipe.name: driverfiles.discover(r.recipe, args.driver_roots.get(r.recipe.name), args.dev_root)
-        for r in requests
-    }
+    inventories = {r.recipe.name: args.discovered(r.recipe) for r in requests}
     try:
         return inventory.plan_all(requests, inventories)
     except inventory.UnknownDeviceError as e:
@@ -423,7 +463,7 @@ def run(args: HookArgs, stdin: IO[bytes]) -> None:
     """One hook invocation; raises HookError (or InjectError) with the reason to refuse."""
     if args.stage not in (*ACTIVE_STAGES, "update-ldcache"):
         return
-    state = read_state(stdin)
+    state = read_state(stdin, args.prepare())
     bundle = state.get("bundle", state.get("bundlePath"))
     assert isinstance(bundle, str)
     config = read_config(bundle)

@@ -86,12 +86,9 @@ def edit_spec(
         raise WrapperError(str(e)) from None
     if not requests:
         return None
-    from sro.node.runtime import driverfiles, inventory, specedits
+    from sro.node.runtime import inventory, specedits
 
-    inventories = {
-        r.recipe.name: driverfiles.discover(r.recipe, args.driver_roots.get(r.recipe.name), args.dev_root)
-        for r in requests
-    }
+    inventories = {r.recipe.name: args.discovered(r.recipe) for r in requests}
     try:
         plan = inventory.plan_all(requests, inventories)
     except inventory.UnknownDeviceError as e:

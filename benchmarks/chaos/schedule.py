@@ -39,7 +39,9 @@ COMPONENTS: Final = (
 # 79: fallen off the bus (a reset is needed); 48: double-bit ECC; 13: an application's fault.
 XIDS: Final = (79, 48, 13)
 DEVICES: Final = 8  # the simulated-gpu recipe's devices per node
-OPERAND_STATES: Final = ("driver", "runtime", "device-plugin", "monitoring", "feature-discovery")
+# the states that run a DaemonSet of the SpecialResource's (feature-discovery is a label state: it
+# has no DaemonSet or pod to delete; it is faulted by being disabled and by its labels edited)
+OPERAND_STATES: Final = ("driver", "runtime", "device-plugin", "monitoring")
 VALIDATIONS: Final = ("driver-validation", "device-plugin-validation")
 DISABLEABLE: Final = ("monitoring", "feature-discovery")
 SPEC_CHANGES: Final = ("device-plugin-config", "state-toggled", "driver-version")

@@ -199,3 +199,12 @@ def test_quantiles() -> None:
     assert quantile([3.0], 0.99) == 3.0
     assert quantile([1.0, 2.0, 3.0, 4.0, 5.0], 0.5) == 3.0
     assert 4.9 < quantile([1.0, 2.0, 3.0, 4.0, 5.0], 0.99) <= 5.0
+
+
+def test_pod_and_daemonset_faults_draw_only_states_that_run_a_daemonset() -> None:
+    """feature-discovery is a label state: a kill or delete drawn for it injected nothing."""
+    from sro.api.names import FEATURE_DISCOVERY
+
+    plan = schedule(3, 30.0, ("operand-pod-killed", "daemonset-deleted"))
+    states = {p.params["state"] for p in plan}
+    assert FEATURE_DISCOVERY not in states and states <= {"driver", "runtime", "device-plugin", "monitoring"}

@@ -8,6 +8,10 @@ remove a label only because it could not look. A HostReader collects the problem
 It can also record what it read (a shared `Recording`): `scripts/capture-host` uses that to copy exactly
 the files discovery reads into a fake host tree, and the benchmark uses it as its baseline (reading
 the same files with nothing else done).
+
+The readers of one pass share a `PassCache`: a file two sources both read (the DMI product name) is
+read once per pass, and `entries` lets a source read one directory listing instead of looking up a
+file in each of many directories where the listing says it cannot be.
 """
 
 from __future__ import annotations
@@ -32,12 +36,23 @@ class Recording:
         self.dirs: dict[Path, list[tuple[str, bool]]] = {}
 
 
+class PassCache:
+    """What one pass already read through `read_shared`: the value, or None for a missing file.
+    Shared by the readers of one pass only: a later pass must see the node as it is then."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, str | None] = {}
+
+
 class HostReader:
     """Reads files of one HostRoot for one pass; collects problems (and, if asked, what it read)."""
 
-    def __init__(self, host: HostRoot, *, recording: Recording | None = None) -> None:
+    def __init__(
+        self, host: HostRoot, *, recording: Recording | None = None, cache: PassCache | None = None
+    ) -> None:
         self.host = host
         self.recording = recording
+        self.cache = PassCache() if cache is None else cache
         self.problems: list[Problem] = []  # failed reads: the pass is incomplete
         self.warnings: list[Problem] = []  # bad content that was read fine (e.g. a bad line)
 
@@ -111,27 +126,55 @@ class HostReader:
         text = self.read_text(path, required=required, limit=64 * 1024)
         return None if text is None else text.strip()
 
+    def read_shared(self, path: Path | str) -> str | None:
+        """`read_value` of a file other sources of the pass read too: read once per pass.
+
+        Only a value read fine or a missing file is shared; a failed read is read (and reported)
+        again by the next source, so each source still sees its own problem.
+        """
+        key = str(path)
+        values = self.cache.values
+        if key in values:
+            return values[key]
+        before = len(self.problems)
+        value = self.read_value(key)
+        if value is not None or len(self.problems) == before:
+            values[key] = value
+        return value
+
     def list_dir(self, path: Path, *, required: bool = False) -> list[str]:
         """Sorted entry names, [] when missing (a problem only when `required`) or unreadable.
 
         Names starting with "." are skipped: sysfs and procfs have none, NFD ignores hidden
         feature files, and fake trees keep empty directories in git with a `.keep` file.
         """
-        try:
-            with os.scandir(path) as it:
-                entries = sorted((e.name, _is_dir(e)) for e in it if not e.name.startswith("."))
-        except FileNotFoundError:
+        names = self.entries(path)
+        if names is None:
             if required:
                 self.problem(path, "missing directory")
             return []
+        return names
+
+    def entries(self, path: Path | str) -> list[str] | None:
+        """`list_dir`, but None (and no problem) when the directory is missing: for a listing that
+        says whether an optional file can exist at all, where a missing directory says nothing."""
+        try:
+            with os.scandir(path) as it:
+                if self.recording is None:
+                    # the names only: whether an entry is a directory costs a stat per symlinked
+                    # sysfs entry (all of /sys/bus/*/devices, /sys/class/*), and only a capture
+                    # needs it
+                    return sorted(e.name for e in it if not e.name.startswith("."))
+                entries = sorted((e.name, _is_dir(e)) for e in it if not e.name.startswith("."))
+        except FileNotFoundError:
+            return None
         except NotADirectoryError:
             self.problem(path, "not a directory")
             return []
         except OSError as e:
             self.problem(path, f"cannot list ({e.strerror})")
             return []
-        if self.recording is not None:
-            self.recording.dirs[path] = entries
+        self.recording.dirs[Path(path)] = entries
         return [name for name, _ in entries]
 
     def is_char_device(self, path: Path) -> bool:

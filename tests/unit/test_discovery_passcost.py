@@ -1,14 +1,16 @@
 """What makes a discovery pass cheap must not change what it reads (issue 26: pass <= 2x the read floor).
 
-The reader reads with raw os.read calls and takes string paths; the kernel config and os-release
-parses are remembered for the same bytes; label checks are memoised. Each of these is checked here
-for the answer staying exactly what it was.
+The reader reads with raw os.read calls and takes string paths; the kernel config, modules and
+os-release parses are remembered for the same content (sro.node.discovery.remembered); label
+checks are memoised. Each of these is checked here for the answer staying exactly what it was.
 """
 
 from __future__ import annotations
 
 import gzip
 from pathlib import Path
+
+import pytest
 
 from sro.host.reading import HostReader, Recording
 from sro.host.root import HostRoot
@@ -43,14 +45,15 @@ def test_string_and_path_reads_report_alike(tmp_path: Path) -> None:
     ]
 
 
-def test_kconfig_is_parsed_again_only_for_other_bytes_and_each_caller_gets_its_own_dict() -> None:
+def test_kconfig_is_parsed_again_only_for_other_bytes_and_callers_cannot_change_it() -> None:
     one = gzip.compress(b'CONFIG_A=y\nCONFIG_B="x"\n# CONFIG_C is not set\n')
-    first = kernel._parsed_kconfig(one, gz=True)
+    first = kernel._parsed_kconfig("/proc/config.gz", (True, one))
     assert first == {"A": "y", "B": "x"}
-    first["A"] = "changed by a caller"
-    assert kernel._parsed_kconfig(one, gz=True) == {"A": "y", "B": "x"}
-    assert kernel._parsed_kconfig(b"CONFIG_A=m\n", gz=False) == {"A": "m"}
-    assert kernel._parsed_kconfig(one, gz=True) == {"A": "y", "B": "x"}
+    with pytest.raises(TypeError):
+        first["A"] = "changed by a caller"  # type: ignore[index]  # shared: read-only
+    assert kernel._parsed_kconfig("/proc/config.gz", (True, bytes(one))) is first  # equal bytes, same parse
+    assert kernel._parsed_kconfig("/proc/config.gz", (False, b"CONFIG_A=m\n")) == {"A": "m"}
+    assert kernel._parsed_kconfig("/proc/config.gz", (True, one)) == {"A": "y", "B": "x"}
 
 
 def test_os_release_parse_is_a_fresh_dict_each_time() -> None:
@@ -75,5 +78,11 @@ def test_builtin_modules_parse_is_the_per_line_rule_and_a_frozenset() -> None:
         name = Path(line.strip()).name.removesuffix(".ko")
         if name:
             expected.add(name)
-    assert kernel._builtin_modules(text) == frozenset(expected) == {"ext4", "nvme", "plain", "x"}
-    assert kernel._builtin_modules(text) is kernel._builtin_modules(text)  # remembered, and immutable
+    parsed = kernel._parsed_builtin("modules.builtin", text)
+    assert parsed == frozenset(expected) == {"ext4", "nvme", "plain", "x"}
+    assert kernel._parsed_builtin("modules.builtin", "".join(text)) is parsed  # remembered, and immutable
+
+
+def test_loaded_modules_are_the_first_word_of_each_line() -> None:
+    text = "nvidia 56000 1 - Live 0x0\n\nnvme_core 200704 2 nvme, Live 0x0\n"
+    assert kernel._parsed_modules("/proc/modules", text) == {"nvidia", "nvme_core"}

@@ -45,6 +45,7 @@ from sro.host.reading import HostReader
 from sro.node.discovery import recipes
 from sro.node.discovery.config import Config
 from sro.node.discovery.features import Attrs, Features
+from sro.node.discovery.remembered import Remembered
 
 NAME = "accelerators"
 RECIPES = {"nvml": NVIDIA_GPU, "simulated": SIMULATED_GPU}
@@ -261,10 +262,21 @@ def mig_strategy(env: Iterable[tuple[str, str]]) -> str:
 # --- the source -----------------------------------------------------------------------------------
 
 
+# The simulated driver's device list changes only when the driver is (re)installed: its JSON parse is
+# remembered while the text is the same (an Inventory is a frozen record, shared read-only).
+_device_list: Remembered[str, Inventory] = Remembered(
+    lambda where, text: inventory_from_doc(json.loads(text), where)
+)
+
+
 def nvml_driver_root(reader: HostReader) -> Path | None:
     """The containerized driver root under the host's /run, when it holds NVML's library."""
     root = reader.host.run / SIMULATED_NVIDIA_DRIVER_ROOT.removeprefix("/run/")
-    return root if any(reader.exists(f"{root}/{d}/{NVML_LIBRARY}") for d in LIBRARY_DIRS) else None
+    # one listing instead of a lookup per library directory: most nodes have no such root, or an
+    # empty one (the mount point of a driver container not running)
+    top = set(reader.entries(root) or ())
+    dirs = [d for d in LIBRARY_DIRS if d.partition("/")[0] in top]
+    return root if any(reader.exists(f"{root}/{d}/{NVML_LIBRARY}") for d in dirs) else None
 
 
 class AcceleratorSource:
@@ -277,7 +289,7 @@ class AcceleratorSource:
         data = reader.read_text(path)
         if data is not None:
             try:
-                inventories.append(inventory_from_doc(json.loads(data), str(path)))
+                inventories.append(_device_list(str(path), data))
             except (json.JSONDecodeError, DriverStateError) as e:
                 reader.problem(path, f"unusable simulated device list ({e})")
         cuda: dict[str, str] = {}
@@ -290,7 +302,7 @@ class AcceleratorSource:
                 inventories.append(nvml)
                 cuda = {"nvml": found[1]} if found[1] else {}
         drivers = {inv.backend: inv.driver_version for inv in inventories}
-        machine = reader.read_value(reader.host.sys / "class/dmi/id/product_name") or ""
+        machine = reader.read_shared(f"{reader.host.sys}/class/dmi/id/product_name") or ""  # system's too
         # only the variables it reads: copying (and decoding) the whole environment was a third of
         # this source's pass
         strategy = mig_strategy((k, os.environ[k]) for k in MIG_STRATEGY_ENV if k in os.environ)

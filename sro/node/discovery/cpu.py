@@ -168,13 +168,18 @@ class CpuSource:
         if {"SGX", "SGXLC"} <= cpuid:
             out["sgx.enabled"] = "true"
         params = reader.host.sys / "module"
+        # kvm_amd's three parameters only where the module is there: one lookup on other nodes
+        amd = reader.exists(f"{params}/kvm_amd/parameters")
         for label, path in (
             ("sev.enabled", "kvm_amd/parameters/sev"),
             ("sev.es.enabled", "kvm_amd/parameters/sev_es"),
             ("sev.snp.enabled", "kvm_amd/parameters/sev_snp"),
             ("tdx.enabled", "kvm_intel/parameters/tdx"),
         ):
-            if reader.read_value(f"{params}/{path}") in ("Y", "1"):
+            if (amd or not path.startswith("kvm_amd/")) and reader.read_value(f"{params}/{path}") in (
+                "Y",
+                "1",
+            ):
                 out[label] = "true"
         if "TDX_GUEST" in cpuid:
             out["tdx.protected"] = "true"

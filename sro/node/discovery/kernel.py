@@ -10,13 +10,14 @@ from __future__ import annotations
 import gzip
 import re
 import zlib
-from collections.abc import Iterator
-from functools import lru_cache
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 from sro.host.reading import HostReader
 from sro.node.discovery.config import Config
-from sro.node.discovery.features import Features, nfd_key
+from sro.node.discovery.features import Attrs, Features, nfd_key
+from sro.node.discovery.remembered import Remembered
 
 NAME = "kernel"
 _VERSION = re.compile(r"^(?P<major>\d+)(\.(?P<minor>\d+))?(\.(?P<revision>\d+))?(-.*)?$")
@@ -45,29 +46,29 @@ def parse_kconfig(text: str) -> dict[str, str]:
     return out
 
 
-# The last kernel config parsed, by the exact bytes read (compressed or not): the file changes only
-# with the kernel, and decompressing and parsing /proc/config.gz was most of a pass on a real node.
-_KCONFIG_CACHE: dict[tuple[bool, bytes], dict[str, str]] = {}
+def _kconfig_of(path: str, content: tuple[bool, bytes]) -> Mapping[str, str]:
+    """parse_kconfig of the bytes (gzip-compressed when the flag says so), read-only: the parse
+    is remembered and shared. Raises what gzip raises on bad input."""
+    gz, data = content
+    return MappingProxyType(parse_kconfig((gzip.decompress(data) if gz else data).decode("utf-8", "replace")))
 
 
-def _parsed_kconfig(data: bytes, gz: bool) -> dict[str, str]:
-    """parse_kconfig of the (gzip-compressed if `gz`) bytes, remembered for the same bytes.
-
-    A fresh dict each time: callers own what they get. Raises what gzip raises on bad input."""
-    key = (gz, data)
-    parsed = _KCONFIG_CACHE.get(key)
-    if parsed is None:
-        parsed = parse_kconfig((gzip.decompress(data) if gz else data).decode("utf-8", "replace"))
-        _KCONFIG_CACHE.clear()  # one entry: a node has one kernel config
-        _KCONFIG_CACHE[key] = parsed
-    return dict(parsed)
-
-
-@lru_cache(maxsize=2)
-def _builtin_modules(text: str) -> frozenset[str]:
-    """Module names in modules.builtin's text (remembered: the file changes only with the kernel)."""
+def _builtin_of(path: str, text: str) -> frozenset[str]:
+    """Module names in modules.builtin's text."""
     names = (Path(line.strip()).name.removesuffix(".ko") for line in text.splitlines())
     return frozenset(name for name in names if name)
+
+
+def _modules_of(path: str, text: str) -> frozenset[str]:
+    """The loaded modules' names in /proc/modules' text (the first word of each line)."""
+    return frozenset(line.split()[0] for line in text.splitlines() if line.strip())
+
+
+# Decompressing and parsing /proc/config.gz was most of a pass on a real node; both files change
+# only with the kernel (sro.node.discovery.remembered says why compared, not hashed).
+_parsed_kconfig = Remembered(_kconfig_of)
+_parsed_builtin = Remembered(_builtin_of)
+_parsed_modules = Remembered(_modules_of)  # changes only when a module is loaded or its use count moves
 
 
 class KernelSource:
@@ -76,26 +77,25 @@ class KernelSource:
     def discover(self, reader: HostReader, config: Config) -> Features:
         host = reader.host
         release = reader.read_value(host.proc / "sys/kernel/osrelease", required=True) or ""
-        attributes: dict[str, dict[str, str]] = {}
+        attributes: dict[str, Attrs] = {}
         if release:
             attributes["version"] = parse_version(release)
         attributes["config"] = self._kconfig(reader, release, config)
         enforce = reader.read_value(host.sys / "fs/selinux/enforce")
         attributes["selinux"] = {"enabled": "true" if enforce == "1" else "false"}
-        loaded = set()
-        modules = reader.read_text(host.proc / "modules")
-        for line in (modules or "").splitlines():
-            if line.strip():
-                loaded.add(line.split()[0])
-        text = reader.read_text(host.lib_modules / release / "modules.builtin") if release else None
-        builtin = _builtin_modules(text or "")
+        modules_path = host.proc / "modules"
+        loaded = _parsed_modules(str(modules_path), reader.read_text(modules_path) or "")
+        builtin: frozenset[str] = frozenset()
+        if release:
+            builtin_path = host.lib_modules / release / "modules.builtin"
+            builtin = _parsed_builtin(str(builtin_path), reader.read_text(builtin_path) or "")
         return Features(
-            flags={"loadedmodule": frozenset(loaded), "enabledmodule": frozenset(loaded | builtin)},
+            flags={"loadedmodule": loaded, "enabledmodule": loaded | builtin},
             attributes=attributes,
         )
 
     @staticmethod
-    def _kconfig(reader: HostReader, release: str, config: Config) -> dict[str, str]:
+    def _kconfig(reader: HostReader, release: str, config: Config) -> Mapping[str, str]:
         host = reader.host
 
         def candidates() -> Iterator[Path]:  # joined only as far as the search goes
@@ -114,7 +114,7 @@ class KernelSource:
             if data is None:
                 continue
             try:
-                return _parsed_kconfig(data, path.suffix == ".gz")
+                return _parsed_kconfig(str(path), (path.suffix == ".gz", data))
             except (OSError, EOFError, zlib.error) as e:
                 reader.problem(path, f"not a valid gzip file ({e})")
                 continue

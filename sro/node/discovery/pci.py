@@ -3,6 +3,12 @@
 Reads class, vendor, device, subsystem ids (mandatory, as in NFD) and the optional SR-IOV, IOMMU and
 modalias attributes of each device under `/sys/bus/pci/devices`. A device whose mandatory attribute is
 missing or not hex is skipped with a problem naming the file; every other device still counts.
+
+Optional attributes are looked up only where they can exist, so that a pass does not pay a failed
+lookup per device for what the kernel never shows: `sriov_numvfs` only where `sriov_totalvfs` is
+(the kernel shows both, or neither, on an SR-IOV physical function), `iommu_group/type` only when
+`/sys/kernel/iommu_groups` lists a group (without one no device has an `iommu_group`; where that
+directory is absent — an old kernel, a fake tree — every device is looked at).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from sro.node.discovery.features import Attrs, Features, is_hex, nfd_key
 
 NAME = "pci"
 OPTIONAL = ("sriov_totalvfs", "sriov_numvfs", "iommu_group/type", "modalias")
+IOMMU_GROUPS = "kernel/iommu_groups"  # under /sys
 # What the kernel writes (drivers/pci/pci-sysfs.c): module autoloading matches on this string.
 MODALIAS = re.compile(
     r"pci:v[0-9A-F]{8}d[0-9A-F]{8}sv[0-9A-F]{8}sd[0-9A-F]{8}bc[0-9A-F]{2}sc[0-9A-F]{2}i[0-9A-F]{2}"
@@ -46,13 +53,23 @@ def read_attr(reader: HostReader, dev: str, attr: str, required: bool) -> str | 
     return value
 
 
+def _optional_attrs(reader: HostReader) -> tuple[str, ...]:
+    """The optional attributes worth a lookup on this node: without IOMMU groups, no device has one."""
+    groups = reader.entries(f"{reader.host.sys}/{IOMMU_GROUPS}")
+    if groups is not None and not groups:
+        return tuple(a for a in OPTIONAL if not a.startswith("iommu_group/"))
+    return OPTIONAL
+
+
 class PciSource:
     name = NAME
 
     def discover(self, reader: HostReader, config: Config) -> Features:
         devices: list[Attrs] = []
         base = reader.host.sys / "bus/pci/devices"
-        for dev in reader.list_dir(base):
+        names = reader.list_dir(base)
+        optional = _optional_attrs(reader) if names else OPTIONAL
+        for dev in names:
             attrs: dict[str, str] = {}
             dev_dir = f"{base}/{dev}"
             for attr in PCI_FIELDS:
@@ -61,10 +78,16 @@ class PciSource:
                     break
                 attrs[attr] = value
             else:
-                for attr in OPTIONAL:
+                physfn = True
+                for attr in optional:
+                    if attr == "sriov_numvfs" and not physfn:
+                        continue  # not an SR-IOV physical function: neither file is there
+                    before = len(reader.problems)
                     value = read_attr(reader, dev_dir, attr, required=False)
                     if value is not None:
                         attrs[attr] = value
+                    elif attr == "sriov_totalvfs" and len(reader.problems) == before:
+                        physfn = False  # missing (an unreadable one still has its sriov_numvfs read)
                 attrs["address"] = dev
                 devices.append(attrs)
         return Features(instances={"device": tuple(devices)})

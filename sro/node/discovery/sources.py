@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from sro.host.reading import HostReader, Recording
+from sro.host.reading import HostReader, PassCache, Recording
 from sro.host.root import HostRoot
 from sro.node.discovery import (
     accelerators,
@@ -51,12 +51,15 @@ def scan(
     sources: Sequence[FeatureSource] = SOURCES,
     recording: Recording | None = None,
 ) -> tuple[SourceResult, ...]:
-    """Run every enabled source; a source that fails outright yields no features and a problem."""
+    """Run every enabled source; a source that fails outright yields no features and a problem.
+
+    The sources' readers share one PassCache: a file two sources read is read once per pass."""
     results = []
+    cache = PassCache()
     for source in sources:
         if not (config.feature_enabled(source.name) or config.label_enabled(source.name)):
             continue
-        reader = HostReader(host, recording=recording)
+        reader = HostReader(host, recording=recording, cache=cache)
         try:
             features = source.discover(reader, config)
         except Exception as e:  # a bug or a very odd host must cost one source, never the pass

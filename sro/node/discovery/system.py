@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import re
 import shlex
-from functools import lru_cache
 
 from sro.host.reading import HostReader
 from sro.node.discovery.config import Config
 from sro.node.discovery.features import Features, nfd_key
+from sro.node.discovery.remembered import Remembered
 
 NAME = "system"
 LABELLED = ("ID", "VERSION_ID", "OSTREE_VERSION")
@@ -22,10 +22,9 @@ _VERSION = re.compile(r"^(?P<major>\d+)(\.(?P<minor>\d+))?")
 def parse_os_release(text: str) -> dict[str, str]:
     """KEY=value lines, values unquoted as a shell would (a fresh dict; the parse of the same text
     is remembered: shlex is most of this source's pass and os-release changes with an upgrade)."""
-    return dict(_parse_os_release(text))
+    return dict(_parsed_os_release("os-release", text))  # one entry: the text is the key
 
 
-@lru_cache(maxsize=2)
 def _parse_os_release(text: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for line in text.splitlines():
@@ -41,6 +40,11 @@ def _parse_os_release(text: str) -> dict[str, str]:
     return out
 
 
+_parsed_os_release: Remembered[str, dict[str, str]] = Remembered(
+    lambda _, text: _parse_os_release(text)
+)  # callers get copies
+
+
 class SystemSource:
     name = NAME
 
@@ -53,7 +57,7 @@ class SystemSource:
             reader.problem(host.etc / "os-release", "missing (and no /usr/lib/os-release)")
         dmi = {}
         for attr in ("sys_vendor", "product_name"):
-            value = reader.read_value(host.sys / "class/dmi/id" / attr)
+            value = reader.read_shared(f"{host.sys}/class/dmi/id/{attr}")  # accelerators reads it too
             if value:
                 dmi[attr] = value
         return Features(attributes={"osrelease": parse_os_release(text or ""), "dmiid": dmi})

@@ -192,6 +192,9 @@ class Disruption:
     step: str  # the sro step on the pod's node at that time ("" if none was seen)
     verb: str = "evict"  # "evict" | "delete"
     guarded: bool = True  # the pod matched the workload PDB's selector
+    # the pod was Ready when taken (or not known not to be): only Ready pods count as healthy for a
+    # PDB, and the API server accepts the eviction of a Pending one whatever the budget says
+    counted: bool = True
 
 
 def double_evictions(disruptions: Sequence[Disruption]) -> list[Violation]:
@@ -232,12 +235,13 @@ def pdb_broken(
     Precisely: for a disruption at t, the PDB status in effect over [t - PDB_SETTLE_S, t + PDB_LAG_S]
     (the last sample at or before t - PDB_SETTLE_S, and every sample inside the window) said
     `disruptionsAllowed` 0 throughout. Any sample allowing one clears it (the watch may have been
-    late to show the change that allowed it). A fault that killed a pod is no disruption of sro's and
+    late to show the change that allowed it), as does a pod that was not Ready (`counted`): it is
+    not among the PDB's healthy pods, so taking it cannot take them below the budget. A fault that killed a pod is no disruption of sro's and
     never reaches here; with no sample before t the PDB's state is unknown and nothing is said."""
     ordered = sorted(samples, key=lambda s: s.at)
     out: list[Violation] = []
     for d in disruptions:
-        if d.namespace != namespace or not d.guarded:
+        if d.namespace != namespace or not d.guarded or not d.counted:
             continue
         start, end = d.at - PDB_SETTLE_S, d.at + PDB_LAG_S
         before = [s for s in ordered if s.at <= start]
@@ -255,6 +259,26 @@ def pdb_broken(
             )
         )
     return out
+
+
+def is_ready(pod: Mapping[str, object]) -> bool:
+    """Whether a pod counts as healthy for a PDB: Running, condition Ready True, not being deleted."""
+    status, meta = _mapping(pod.get("status")), _mapping(pod.get("metadata"))
+    conditions = [_mapping(c) for c in _list(status.get("conditions"))]
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return status.get("phase") == "Running" and ready and not meta.get("deletionTimestamp")
+
+
+def ready_at(history: Sequence[tuple[float, bool]], at: float) -> bool:
+    """Whether a pod was Ready at `at`, from its readiness changes as a watch saw them (a little
+    late): Ready if it was at its last change before `at` or became so within PDB_LAG_S after it;
+    with no change seen before `at` it is taken as Ready (unknown: the check stays strict)."""
+    before = [ready for t, ready in history if t <= at]
+    if before and before[-1]:
+        return True
+    if any(ready for t, ready in history if at < t <= at + PDB_LAG_S):
+        return True
+    return not before
 
 
 def selects(selector: Mapping[str, object], labels: Mapping[str, str]) -> bool:

@@ -97,6 +97,7 @@ class Observer:
         self._steps: dict[str, list[tuple[float, str]]] = {}  # node -> (seen at, step)
         self._pods: dict[str, dict[str, Any]] = {}  # uid -> the workload pod
         self._uids: dict[tuple[str, str], list[tuple[float, str]]] = {}  # (ns, name) -> (seen at, uid)
+        self._readiness: dict[str, list[tuple[float, bool]]] = {}  # uid -> (seen at, Ready) changes
         self._pdb: list[inv.PdbSample] = []
         self._pdb_selector: dict[str, Any] | None = None  # None: the PDB not seen yet
         self._op_pods: dict[str, dict[str, Any]] = {}  # uid -> operator pod (gone ones kept)
@@ -241,9 +242,13 @@ class Observer:
                 self._pods.pop(uid, None)
                 return
             self._pods[uid] = pod
+            now = time.time()
             seen = self._uids.setdefault(key, [])
             if not seen or seen[-1][1] != uid:
-                seen.append((time.time(), uid))
+                seen.append((now, uid))
+            ready, changes = inv.is_ready(pod), self._readiness.setdefault(uid, [])
+            if not changes or changes[-1][1] != ready:
+                changes.append((now, ready))
 
     def _on_pdb(self, kind: str, pdb: dict[str, Any]) -> None:
         if kind == "DELETED":
@@ -368,7 +373,9 @@ class Observer:
             guarded = self._pdb_selector is not None and inv.selects(self._pdb_selector, labels)
             node = str((pod.get("spec") or {}).get("nodeName") or "")
             steps = [s for t, s in self._steps.get(node, []) if t <= at + STEP_LAG_S]
-        return inv.Disruption(at, e.namespace, e.name, uid, steps[-1] if steps else "", verb, guarded)
+            counted = inv.ready_at(self._readiness.get(uid, []), at)
+        step = steps[-1] if steps else ""
+        return inv.Disruption(at, e.namespace, e.name, uid, step, verb, guarded, counted)
 
     def _sample_memory(self, now: float) -> list[Violation]:
         with self._lock:

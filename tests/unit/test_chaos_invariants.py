@@ -8,6 +8,7 @@ from typing import Any
 
 from benchmarks.chaos.invariants import (
     KINDS,
+    PDB_LAG_S,
     PDB_SETTLE_S,
     ContainerLook,
     Disruption,
@@ -17,12 +18,14 @@ from benchmarks.chaos.invariants import (
     devices_changed,
     double_evictions,
     foreign_device,
+    is_ready,
     memory,
     node_leftovers,
     not_converged,
     object_leftovers,
     operator_restarts,
     pdb_broken,
+    ready_at,
     selects,
     stale_cordons,
     step_key,
@@ -283,6 +286,25 @@ def test_a_label_selector_selects_as_kubernetes_does() -> None:
     assert not selects(sel, {"app": "x", "tier": "a"})
     assert selects({}, {"anything": "x"})
     assert not selects({"matchExpressions": [{"key": "k", "operator": "DoesNotExist"}]}, {"k": ""})
+
+
+def test_a_disruption_of_a_pod_that_was_not_ready_never_breaks_it() -> None:
+    """Seed 101: a pod bound 0.4 s before its eviction (Pending: the API server takes it whatever the
+    budget) was flagged; the PDB counts only Ready pods, so taking it cannot break the budget."""
+    pending = Disruption(10.0, "apps", "w-1", "u1", "", "evict", counted=False)
+    assert pdb_broken([pending], [pdb(0.0, 0)], "apps") == []
+    assert [v.kind for v in pdb_broken([ev(10.0)], [pdb(0.0, 0)], "apps")] == ["pdb-broken"]
+
+
+def test_readiness_at_a_time_from_a_late_watch() -> None:
+    history = [(1.0, False), (5.0, True), (9.0, False)]
+    assert not ready_at(history, 2.0) and ready_at(history, 6.0) and not ready_at(history, 9.5)
+    assert ready_at(history, 5.0 - PDB_LAG_S / 2)  # the watch showed it Ready just after: taken as Ready
+    assert ready_at([], 3.0) and ready_at([(4.0, False)], 3.0)  # nothing seen before: unknown, strict
+    running = {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+    assert is_ready(running)
+    assert not is_ready({"status": {"phase": "Pending"}})
+    assert not is_ready({**running, "metadata": {"deletionTimestamp": "2026-11-26T09:29:48Z"}})
 
 
 def test_a_disruption_of_a_pod_the_pdb_does_not_guard_never_breaks_it() -> None:

@@ -11,7 +11,16 @@ from pathlib import Path
 import pytest
 
 from sro.node.runtime import bundling, hostinstall, rootmanifest
-from tests.root.conftest import RUNC, Bundle, Driver, leftover_processes, make_rootfs, podman_run
+from sro.node.runtime.inject import real_ldconfig
+from tests.root.conftest import (
+    HOST_LDCONFIG,
+    RUNC,
+    Bundle,
+    Driver,
+    leftover_processes,
+    make_rootfs,
+    podman_run,
+)
 
 pytestmark = pytest.mark.root
 
@@ -53,6 +62,9 @@ def test_installed_launcher_injects_with_runc(
     entries = [e for stage in spec.get("hooks", {}).values() for e in stage]
     assert entries, spec.get("hooks")
     for e in entries:  # the hooks the wrapper wrote run the host's python on the zipapp
+        if mode == "cdi":  # mode cdi's one hook is the host's ldconfig itself (one Python process)
+            assert e["path"] == real_ldconfig(HOST_LDCONFIG) and e["args"][1:3] == ["-r", str(bundle.rootfs)]
+            continue
         assert e["path"] == HOST_PYTHON and e["args"][:3] == [HOST_PYTHON, "-I", "-S"]
         assert f"sys.path.insert(0,{archive!r})" in e["args"][4]
     assert leftover_processes(str(bundle.path)) == []

@@ -41,6 +41,7 @@ MODULES = (
     "node/runtime/driverfiles.py",
     "node/runtime/hook.py",
     "node/runtime/hookrecipes.py",
+    "node/runtime/hostldconfig.py",
     "node/runtime/inject.py",
     "node/runtime/inventory.py",
     "node/runtime/mounting.py",

@@ -16,6 +16,7 @@ import stat
 import sys
 import time
 
+from sro.node.runtime.hostldconfig import InjectError, check_host_ldconfig, real_ldconfig
 from sro.node.runtime.safepath import PathError, Root
 
 TYPE_CHECKING = False  # no typing/dataclasses/signal (enum) at run time: the hook imports this module
@@ -27,14 +28,11 @@ if TYPE_CHECKING:
 else:
     from sro.node.runtime.records import dataclass
 
-LD_CONF = "/etc/ld.so.conf.d/000-sro.conf"
+LD_CONF = "/etc/ld.so.conf.d/000-sro.conf"  # = specedits.LD_CONF (checked by a test)
+__all__ = ["InjectError", "check_host_ldconfig", "real_ldconfig"]  # theirs, kept importable from here
 CLEAN_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 LDCONFIG_TIMEOUT_S = 20.0
 SIGKILL = 9  # signal.SIGKILL on Linux; `signal` itself imports enum (~3 ms)
-
-
-class InjectError(RuntimeError):
-    """Injection failed; the message names the path or device and the reason."""
 
 
 @dataclass(frozen=True)
@@ -44,52 +42,6 @@ class Options:
     new_mount_api: bool = True
     ldconfig: str | None = "/sbin/ldconfig"  # the host's; None skips the linker cache
     debug: bool = False  # write `sro hook: debug:` lines to stderr (what was skipped and why)
-
-
-def real_ldconfig(path: str) -> str:
-    """The binary behind a distribution's ldconfig wrapper script, else `path` itself.
-
-    Ubuntu's /sbin/ldconfig is a shell script (it defers to a dpkg trigger when run bare inside a
-    package's maintainer script, else execs /sbin/ldconfig.real): a script that names its `.real`
-    sibling, which exists, stands for that sibling. Running the binary straight spares the hook a
-    shell, and a copy of the wrapper is no ldconfig at all (it finds no `.real` next to it).
-    """
-    real = path + ".real"
-    try:
-        with open(path, "rb") as f:
-            head = f.read(8192)
-    except OSError:
-        return path
-    if head.startswith(b"#!") and os.path.basename(real).encode() in head and os.path.isfile(real):
-        return real
-    return path
-
-
-def check_host_ldconfig(path: str, rootfs: str) -> str:
-    """Refuse any ldconfig but a root-owned, not group/world-writable regular file of the host.
-
-    One inside the container's rootfs is refused too (CVE-2024-0136: ldconfig taken from the image).
-    A wrapper script is checked, and so is the binary it stands for (`real_ldconfig`), which is
-    what runs and what this returns.
-    """
-    _check_one(path, rootfs)
-    real = real_ldconfig(path)
-    return real if real == path else _check_one(real, rootfs)
-
-
-def _check_one(path: str, rootfs: str) -> str:
-    if not os.path.isabs(path):
-        raise InjectError(f"ldconfig {path!r}: must be an absolute host path")
-    real, root = os.path.realpath(path), os.path.realpath(rootfs)
-    if real == root or real.startswith(root.rstrip("/") + "/"):
-        raise InjectError(f"ldconfig {path}: lies inside the container's rootfs; only the host's is run")
-    try:
-        st = os.stat(path)
-    except OSError as e:
-        raise InjectError(f"ldconfig {path}: {e.strerror}") from None
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
-        raise InjectError(f"ldconfig {path}: not a root-owned, non-writable regular file; refusing to run it")
-    return path
 
 
 def already_there(root: Root, m: FileMount) -> bool:

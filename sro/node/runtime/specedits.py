@@ -4,7 +4,9 @@ Why one module: every place that writes a hook entry must set its `env` explicit
 and `args[0]` at an absolute interpreter with `-I -S` — runc starts a createContainer hook whose `env`
 is unset with the *container's* environment (LD_PRELOAD from the image runs before any of our code,
 CVE-2025-23266), and Python guesses its venv from `args[0]`. Keeping the one function that builds
-entries here means the runc wrapper, the hooks.d file and the CDI spec cannot drift apart.
+entries here means the runc wrapper, the hooks.d file and the CDI spec cannot drift apart. The one
+entry that is no Python is the runc wrapper's mode-cdi linker cache hook (`ldconfig_entry`): the
+host's checked ldconfig itself, with the same fixed env, so that mode starts one interpreter, not two.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ HOOK_ENV = ("PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C")
 HOOK_MODULE = "sro.node.runtime.hook"
 HOOK_TIMEOUT_S = 30
 HOOKS_D_VERSION = "1.0.0"
+LD_CONF = "/etc/ld.so.conf.d/000-sro.conf"  # what the hook writes (inject.LD_CONF), mounted by mode cdi
 
 
 def package_root() -> str:
@@ -188,11 +191,41 @@ def allow_devices(spec: Mapping[str, Any], plan: InjectionPlan) -> dict[str, Any
     return out
 
 
-def apply_plan(spec: Mapping[str, Any], plan: InjectionPlan, ldcache: HookCommand | None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class DirectLdcache:
+    """Mode cdi's linker cache without a Python hook: `ldconfig` (the host's, checked by
+    hostldconfig.check_host_ldconfig) run by runc as a createContainer hook on `rootfs` (an absolute
+    host path: such a hook runs in the container's mount namespace before pivot_root, where the
+    rootfs still lies there), and `conf` (a host file holding the folders, in the bundle) mounted
+    read-only at LD_CONF by runc, as every other mount of this mode."""
+
+    ldconfig: str
+    rootfs: str
+    conf: str
+
+
+def ldconfig_entry(ldcache: DirectLdcache, folders: Sequence[str]) -> dict[str, Any]:
+    """The createContainer entry that is the host's ldconfig itself: `-r` makes it chroot into the
+    rootfs (and chdir to its /) before it reads or writes anything, as the hook's ldconfig does;
+    its env is fixed (never the container's); runc kills it after the timeout."""
+    if not (ldcache.ldconfig.startswith("/") and ldcache.rootfs.startswith("/")):
+        raise ValueError(f"ldconfig and rootfs must be absolute, got {ldcache.ldconfig!r} {ldcache.rootfs!r}")
+    return {
+        "path": ldcache.ldconfig,
+        "args": [ldcache.ldconfig, "-r", ldcache.rootfs, *folders],
+        "env": list(HOOK_ENV),
+        "timeout": HOOK_TIMEOUT_S,
+    }
+
+
+def apply_plan(
+    spec: Mapping[str, Any], plan: InjectionPlan, ldcache: HookCommand | DirectLdcache | None
+) -> dict[str, Any]:
     """A copy of `spec` with the plan written in as the runtime's own devices, mounts and a ldcache hook.
 
     This is the CDI way (runc creates the nodes, the cgroup rules and the mounts itself, through its
-    own in-root path resolution); only the linker cache needs a hook, a createContainer one.
+    own in-root path resolution); only the linker cache needs a hook, a createContainer one: the
+    Python hook's `update-ldcache` (a HookCommand), or the host's ldconfig itself (DirectLdcache).
     """
     out = allow_devices(spec, plan)
     linux = out["linux"]
@@ -203,7 +236,13 @@ def apply_plan(spec: Mapping[str, Any], plan: InjectionPlan, ldcache: HookComman
     out["mounts"] = list(out.get("mounts", []) or []) + [
         m for m in mount_entries(plan) if m["destination"] not in mounted
     ]
-    if ldcache is not None and plan.ld_folders:
+    if isinstance(ldcache, DirectLdcache) and plan.ld_folders:
+        conf = {"destination": LD_CONF, "source": ldcache.conf, "type": "bind",
+                "options": ["ro", "nosuid", "nodev", "bind"]}  # fmt: skip
+        if LD_CONF not in mounted:
+            out["mounts"].append(conf)
+        out = add_hook(out, "createContainer", ldconfig_entry(ldcache, plan.ld_folders))
+    elif isinstance(ldcache, HookCommand) and plan.ld_folders:
         folders = [a for f in plan.ld_folders for a in ("--folder", f)]
         out = add_hook(out, "createContainer", ldcache.entry("update-ldcache", folders))
     return out

@@ -7,7 +7,11 @@ annotation or CDI name asks where `activation` believes it) it
 either adds the hook (mode `hook`, a prestart entry with an explicit env, and the device cgroup
 allow rules of the nodes the hook will make: on a cgroup v2 host runc's eBPF program is built from
 the spec before any hook runs, see `devcgroup`) or writes the devices, mounts and a ldcache hook
-straight into the spec (mode `cdi`), then execs runc with the same argv.
+straight into the spec (mode `cdi`), then execs runc with the same argv. Mode cdi's ldcache hook is
+the host's ldconfig itself (specedits.DirectLdcache, checked here as the hook would check it), with
+the folders in a file of the bundle that runc mounts at the hook's ld.so.conf.d entry: a container
+start then costs one Python process (this one), not two. Mode hook needs the second (the hook works
+inside the container's mount namespace, which exists only once runc has started).
 Every other subcommand goes to runc untouched; the generated launcher (see `launcher`) does that in
 the shell, without starting Python at all.
 
@@ -23,10 +27,10 @@ from sro.node.runtime import hook
 
 TYPE_CHECKING = False  # no typing import at run time (see hook)
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from typing import Any, NoReturn
 
-    from sro.node.runtime.specedits import HookCommand
+    from sro.node.runtime.specedits import DirectLdcache, HookCommand
 
 RUNC = "/usr/sbin/runc"
 # runc's global flags that take a value (`runc --root X create ...`)
@@ -62,11 +66,14 @@ def edit_spec(
     args: hook.HookArgs,
     mode: str,
     cmd: HookCommand | Callable[[], HookCommand],
+    bundle: str | None = None,
 ) -> dict[str, Any] | None:
     """The edited spec, or None when the container asks for no devices (nothing to change).
 
     `cmd` (or a function making it, called only when there is something to add) starts the hook.
     Until a request is believed, nothing beyond `activation` is imported (no `os`, no inventory).
+    Mode cdi with the (absolute) `bundle` known runs the host's ldconfig as its ldcache hook, its
+    folders written to `ld_conf_path(bundle)`; without it, the Python hook's update-ldcache.
     """
     process = spec.get("process") or {}
     if not isinstance(process, dict) or not hook.may_ask(
@@ -93,10 +100,44 @@ def edit_spec(
         plan = inventory.plan_all(requests, inventories)
     except inventory.UnknownDeviceError as e:
         raise WrapperError(str(e)) from None
-    command = cmd() if callable(cmd) else cmd
     if mode == "hook":  # the hook makes the nodes; the rules must be in the spec before runc reads it
+        command = cmd() if callable(cmd) else cmd
         return specedits.add_hook(specedits.allow_devices(spec, plan), "prestart", command.entry("prestart"))
-    return specedits.apply_plan(spec, plan, command if args.ldconfig else None)
+    if not args.ldconfig or not plan.ld_folders:
+        return specedits.apply_plan(spec, plan, None)
+    if bundle is None:
+        return specedits.apply_plan(spec, plan, cmd() if callable(cmd) else cmd)
+    return specedits.apply_plan(spec, plan, direct_ldcache(spec, bundle, args.ldconfig, plan.ld_folders))
+
+
+def ld_conf_path(bundle: str) -> str:
+    """The bundle's file of mode cdi's ldconfig folders (mounted at specedits.LD_CONF)."""
+    return hook.path_join(bundle, "sro-ld.so.conf")
+
+
+def direct_ldcache(
+    spec: Mapping[str, Any], bundle: str, ldconfig: str, folders: Sequence[str]
+) -> DirectLdcache:
+    """Check the host ldconfig as the hook would (hostldconfig), write the folders' file in the
+    bundle (root's, gone with the container), and say how runc runs ldconfig on the rootfs."""
+    from sro.node.runtime.hostldconfig import InjectError, check_host_ldconfig
+    from sro.node.runtime.specedits import DirectLdcache
+
+    root = spec.get("root")
+    path = root.get("path") if isinstance(root, dict) else None
+    if not isinstance(path, str) or not path:
+        raise WrapperError("config.json: 'root.path' must be a non-empty string")
+    rootfs = hook.rootfs_of(bundle, spec)
+    try:
+        real = check_host_ldconfig(ldconfig, rootfs)
+    except InjectError as e:
+        raise WrapperError(str(e)) from None
+    conf = ld_conf_path(bundle)
+    tmp = f"{conf}.sro-{posix.getpid()}"
+    with open(tmp, "w") as f:
+        f.write("".join(folder + "\n" for folder in folders))
+    posix.replace(tmp, conf)
+    return DirectLdcache(real, rootfs, conf)
 
 
 def write_json_atomic(path: str, doc: dict[str, Any]) -> None:
@@ -173,6 +214,8 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
 
                 return HookCommand(sys.executable, opts)
 
+            if not hook.path_isabs(bundle):  # runc's cwd, which is ours: it execs us with it
+                bundle = hook.path_join(posix.getcwd(), bundle)
             path = hook.path_join(bundle, "config.json")
             try:
                 with open(path, "rb") as f:
@@ -180,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
             except (OSError, ValueError):
                 spec = None  # runc reports an unreadable bundle in its own words
             if isinstance(spec, dict):
-                edited = edit_spec(spec, args, mode, cmd)
+                edited = edit_spec(spec, args, mode, cmd, bundle)
                 if edited is not None:
                     write_json_atomic(path, edited)
     except (WrapperError, hook.HookError) as e:

@@ -4,7 +4,7 @@ locally built image (two replicas, leader election), walking a `simulated-gpu` S
 The tests run in file order and share one installation and one SpecialResource: it goes Ready
 with its states reached in order; a workload gets exactly one device; a deleted state DaemonSet
 comes back; a killed driver pod takes the later states' labels away and they come back in order;
-a killed leader is replaced; a SpecialResource with a bad custom template is Degraded while the
+a killed leader is replaced; a standby replica exits 0 on SIGTERM; a SpecialResource with a bad custom template is Degraded while the
 good one stays Ready; and deleting the SpecialResource leaves nothing behind. Figures (time to
 Ready, takeover time) are printed as FIGURE lines.
 """
@@ -12,11 +12,16 @@ Ready, takeover time) are printed as FIGURE lines.
 from __future__ import annotations
 
 import json
+import os
+import queue
 import re
+import subprocess
+import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -286,6 +291,85 @@ def test_leader_killed_the_other_replica_takes_over(cluster: LocalCluster, ready
     delete_and_wait_for_return(cluster, f"sro-{SR}-device-plugin")
     wait_for("Ready under the new leader", lambda: converged(cluster), 240, why=lambda: debug(cluster))
     figure(f"leader deleted -> converged again after {time.monotonic() - t0:.1f} s")
+
+
+def watch_until_deleted(
+    cluster: LocalCluster, pod: str, act: Callable[[], object], timeout: float
+) -> dict[str, Any]:
+    """`act()` with a watch of `pod` open; the pod as its DELETED event showed it (its last status)."""
+    argv = [
+        str(cluster.kubectl_path()),
+        "-n",
+        NS,
+        "get",
+        "pod",
+        pod,
+        "-w",
+        "--output-watch-events",
+        "-o",
+        "json",
+    ]
+    env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig))
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
+    events: queue.Queue[dict[str, Any]] = queue.Queue()
+
+    def read() -> None:
+        buffer, decoder = "", json.JSONDecoder()
+        for line in proc.stdout or []:
+            buffer += line
+            while buffer.strip():
+                try:
+                    event, end = decoder.raw_decode(buffer.lstrip())
+                except ValueError:
+                    break  # an object not yet complete
+                events.put(event)
+                buffer = buffer.lstrip()[end:]
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        events.get(timeout=30)  # the watch's first event: it is open
+        act()
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            event = events.get(timeout=left)
+            if event.get("type") == "DELETED":
+                return dict(event["object"])
+        raise AssertionError(f"pod {pod} not deleted within {timeout:g} s")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_standby_replica_stops_on_sigterm(cluster: LocalCluster, ready: float) -> None:
+    """The standby waits for the Lease as its container's PID 1: without a handler of its own the
+    kernel ignores SIGTERM there, and the replica was SIGKILLed (137) at the end of its 30 s grace
+    period in every uninstall and rollout. It now exits 0 on SIGTERM."""
+    leader = get_json(cluster, "lease", "sro-operator", "-n", NS)["spec"]["holderIdentity"]
+    pods = get_json(cluster, "pods", "-n", NS, "-l", "app.kubernetes.io/name=sro-operator")["items"]
+    standby = [p["metadata"]["name"] for p in pods if p["metadata"]["name"] != leader]
+    assert len(standby) == 1, (leader, [p["metadata"]["name"] for p in pods])
+    gone = watch_until_deleted(
+        cluster,
+        standby[0],
+        lambda: cluster.kubectl("-n", NS, "delete", "pod", standby[0], "--wait=false"),
+        90,
+    )
+    ends = [cs["state"].get("terminated") or {} for cs in gone["status"].get("containerStatuses", [])]
+    assert ends and all(e.get("exitCode") == 0 for e in ends), ends
+    assert get_json(cluster, "lease", "sro-operator", "-n", NS)["spec"]["holderIdentity"] == leader
+    wait_for(
+        "two operator replicas running again",
+        lambda: (
+            sum(
+                p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+                for p in get_json(cluster, "pods", "-n", NS, "-l", "app.kubernetes.io/name=sro-operator")[
+                    "items"
+                ]
+            )
+            == 2
+        ),
+        120,
+    )
 
 
 def test_bad_custom_template_is_degraded_while_the_good_one_stays_ready(

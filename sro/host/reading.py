@@ -26,6 +26,7 @@ from sro.host.root import HostRoot
 
 # Enough for /proc/cpuinfo of a large machine; anything bigger is not a feature file.
 DEFAULT_LIMIT = 8 * 1024 * 1024
+VALUE_LIMIT = 64 * 1024  # a one-value attribute (read_value): a sysfs attribute is at most a page
 
 
 class Recording:
@@ -85,11 +86,11 @@ class HostReader:
             return None
         try:
             mode = os.fstat(fd).st_mode
-            if stat.S_ISDIR(mode):
-                self.problem(path, "is a directory, expected a file")
-                return None
             if not stat.S_ISREG(mode):
-                self.problem(path, "not a regular file, ignored")
+                if stat.S_ISDIR(mode):
+                    self.problem(path, "is a directory, expected a file")
+                else:
+                    self.problem(path, "not a regular file, ignored")
                 return None
             data = _read_at_most(fd, limit + 1)
         except OSError as e:
@@ -122,9 +123,17 @@ class HostReader:
             return None
 
     def read_value(self, path: Path | str, *, required: bool = False) -> str | None:
-        """A one-value attribute file (sysfs style), stripped; None when missing or unreadable."""
-        text = self.read_text(path, required=required, limit=64 * 1024)
-        return None if text is None else text.strip()
+        """A one-value attribute file (sysfs style), stripped; None when missing or unreadable.
+
+        read_text's work inlined: a pass reads one of these per attribute, hundreds on a GPU node."""
+        data = self.read_bytes(path, required=required, limit=VALUE_LIMIT)
+        if data is None:
+            return None
+        try:
+            return data.decode("utf-8").strip()
+        except UnicodeDecodeError as e:
+            self.problem(path, f"not UTF-8 text ({e.reason} at byte {e.start})")
+            return None
 
     def read_shared(self, path: Path | str) -> str | None:
         """`read_value` of a file other sources of the pass read too: read once per pass.
@@ -142,7 +151,7 @@ class HostReader:
             values[key] = value
         return value
 
-    def list_dir(self, path: Path, *, required: bool = False) -> list[str]:
+    def list_dir(self, path: Path | str, *, required: bool = False) -> list[str]:
         """Sorted entry names, [] when missing (a problem only when `required`) or unreadable.
 
         Names starting with "." are skipped: sysfs and procfs have none, NFD ignores hidden
@@ -177,7 +186,7 @@ class HostReader:
         self.recording.dirs[Path(path)] = entries
         return [name for name, _ in entries]
 
-    def is_char_device(self, path: Path) -> bool:
+    def is_char_device(self, path: Path | str) -> bool:
         """True for a real device node (a fake tree's regular file stand-in is not one)."""
         try:
             return stat.S_ISCHR(os.stat(path).st_mode)
@@ -196,8 +205,11 @@ _CHUNK = 64 * 1024  # one read takes a whole sysfs attribute (at most a page) or
 
 def _read_at_most(fd: int, size: int) -> bytes:
     """Up to `size` bytes from `fd`, reading until end of file (what `f.read(size)` does)."""
-    chunks: list[bytes] = []
-    got = 0
+    data = os.read(fd, _CHUNK if size > _CHUNK else size)
+    if not data or len(data) >= size:
+        return data  # empty, or all that was asked for
+    chunks = [data]  # a short read: read on until end of file (a second read, empty, for most)
+    got = len(data)
     while got < size:
         chunk = os.read(fd, min(_CHUNK, size - got))
         if not chunk:

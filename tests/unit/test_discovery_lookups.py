@@ -8,6 +8,7 @@ listing that would say so is absent, as in an old kernel or a fake tree.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,10 @@ from sro.host.reading import HostReader, PassCache, Recording
 from sro.host.root import HostRoot
 from sro.node.discovery import accelerators, cpu, network, pci
 from sro.node.discovery.config import Config
-from sro.node.discovery.remembered import Remembered
+from sro.node.discovery.features import Features, SourceResult
+from sro.node.discovery.labeling import build_labels
+from sro.node.discovery.remembered import Remembered, forget
+from sro.node.discovery.sources import SOURCES
 
 from .test_discovery_sources import NFD, pci_dev, write
 
@@ -198,3 +202,41 @@ def test_remembered_parses_again_only_when_the_content_changes() -> None:
     assert len(calls) == 5
     remembered("c", "q")  # a third path: over size, the memory starts over
     assert remembered("b", "x y") == first and len(calls) == 7
+
+
+def _cpu_result(*flags: str) -> SourceResult:
+    return SourceResult("cpu", Features(flags={"cpuid": frozenset(flags)}))
+
+
+def test_remembered_labels_follow_the_features_and_the_config() -> None:
+    first = build_labels([_cpu_result("AVX2", "AVX512F")], Config(), SOURCES)
+    assert {k for k in first.labels if "cpuid" in k} == {NFD + "cpu-cpuid.AVX2", NFD + "cpu-cpuid.AVX512F"}
+    again = build_labels([_cpu_result("AVX2", "AVX512F")], Config(), SOURCES)  # equal, fresh objects
+    assert again.labels == first.labels
+    fewer = build_labels([_cpu_result("AVX2")], Config(), SOURCES)
+    assert {k for k in fewer.labels if "cpuid" in k} == {NFD + "cpu-cpuid.AVX2"}
+    narrowed = build_labels([_cpu_result("AVX2")], Config(cpuid_whitelist=("AVX512F",)), SOURCES)
+    assert not any("cpuid" in k for k in narrowed.labels)
+    whitelisted = build_labels([_cpu_result("AVX2")], Config(label_whitelist=re.compile("^nothing")), SOURCES)
+    assert whitelisted.labels == {}
+
+
+def test_a_dropped_label_is_reported_on_every_pass_not_only_the_first() -> None:
+    bad = SourceResult("local", Features(attributes={"label": {NFD + "ok": "true", NFD + "bad": "x" * 70}}))
+    for _ in range(2):
+        labeling = build_labels([bad], Config(), SOURCES)
+        assert labeling.labels == {NFD + "ok": "true"}
+        assert [w.path for w in labeling.warnings] == [f"label {NFD}bad"]
+
+
+def test_forget_makes_the_next_pass_a_first_one() -> None:
+    calls: list[str] = []
+
+    def parse(path: str, text: str) -> int:
+        calls.append(text)
+        return len(text)
+
+    remembered = Remembered(parse)
+    assert remembered("p", "abc") == remembered("p", "abc") == 3 and calls == ["abc"]
+    forget()
+    assert remembered("p", "abc") == 3 and calls == ["abc", "abc"]

@@ -284,18 +284,19 @@ class AcceleratorSource:
 
     def discover(self, reader: HostReader, config: Config) -> Features:
         inventories: list[Inventory] = []
-        sim_root = reader.host.var_lib / SIMULATED_DRIVER_ROOT.removeprefix("/var/lib/")
-        path = sim_root / SIMULATED_DEVICE_LIST
+        path = (
+            f"{reader.host.var_lib}/{SIMULATED_DRIVER_ROOT.removeprefix('/var/lib/')}/{SIMULATED_DEVICE_LIST}"
+        )
         data = reader.read_text(path)
         if data is not None:
             try:
-                inventories.append(_device_list(str(path), data))
+                inventories.append(_device_list(path, data))
             except (json.JSONDecodeError, DriverStateError) as e:
                 reader.problem(path, f"unusable simulated device list ({e})")
         cuda: dict[str, str] = {}
         nvml: Inventory | None = None
         driver_root = nvml_driver_root(reader)
-        if driver_root is not None or reader.is_char_device(reader.host.dev / "nvidiactl"):
+        if driver_root is not None or reader.is_char_device(f"{reader.host.dev}/nvidiactl"):
             found = self._nvml(reader, driver_root)
             if found is not None:
                 nvml = found[0]

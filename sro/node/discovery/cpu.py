@@ -84,7 +84,7 @@ class CpuSource:
     name = NAME
 
     def discover(self, reader: HostReader, config: Config) -> Features:
-        cpuinfo_path = reader.host.proc / "cpuinfo"
+        cpuinfo_path = f"{reader.host.proc}/cpuinfo"
         text = reader.read_text(cpuinfo_path, required=True) or ""
         info = parse_cpuinfo(text)
         raw_flags = (info.get("flags") or info.get("Features") or "").split()
@@ -113,7 +113,7 @@ class CpuSource:
 
     @staticmethod
     def _topology(reader: HostReader) -> dict[str, str]:
-        base = reader.host.sys / "bus/cpu/devices"
+        base = f"{reader.host.sys}/bus/cpu/devices"
         cpus = reader.list_dir(base)
         for cpu in cpus:
             siblings = reader.read_value(f"{base}/{cpu}/topology/thread_siblings_list")
@@ -123,7 +123,7 @@ class CpuSource:
 
     @staticmethod
     def _pstate(reader: HostReader) -> dict[str, str]:
-        base = reader.host.sys / "devices/system/cpu"
+        base = f"{reader.host.sys}/devices/system/cpu"
         status = reader.read_value(f"{base}/intel_pstate/status")
         if status is None:
             return {}
@@ -136,7 +136,7 @@ class CpuSource:
         if status != "active":
             return out
         governors = set()
-        for policy in reader.list_dir(base / "cpufreq"):
+        for policy in reader.list_dir(f"{base}/cpufreq"):
             cpus = reader.read_value(f"{base}/cpufreq/{policy}/affected_cpus")
             if not cpus:
                 continue
@@ -152,7 +152,7 @@ class CpuSource:
         driver = reader.read_value(f"{reader.host.sys}/devices/system/cpu/cpuidle/current_driver")
         if driver != "intel_idle":
             return {}
-        path = reader.host.sys / "module/intel_idle/parameters/max_cstate"
+        path = f"{reader.host.sys}/module/intel_idle/parameters/max_cstate"
         value = reader.read_value(path)
         if value is None:
             return {}
@@ -167,7 +167,7 @@ class CpuSource:
         out: dict[str, str] = {}
         if {"SGX", "SGXLC"} <= cpuid:
             out["sgx.enabled"] = "true"
-        params = reader.host.sys / "module"
+        params = f"{reader.host.sys}/module"
         # kvm_amd's three parameters only where the module is there: one lookup on other nodes
         amd = reader.exists(f"{params}/kvm_amd/parameters")
         for label, path in (

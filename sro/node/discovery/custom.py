@@ -121,7 +121,7 @@ def directory_rules(results: Sequence[SourceResult]) -> tuple[Rule, ...]:
     return tuple(rule for path, text in files.items() for rule in parse_rules_file(text, path)[0])
 
 
-def _is_dir(reader: HostReader, path: Path) -> bool:
+def _is_dir(reader: HostReader, path: str) -> bool:
     probe = HostReader(reader.host, recording=reader.recording)
     probe.list_dir(path)
     return not probe.problems
@@ -134,18 +134,18 @@ class CustomSource:
 
     def discover(self, reader: HostReader, config: Config) -> Features:
         # NFD takes NODE_NAME (the pod's spec.nodeName); a host without it is named by its hostname.
-        node = os.environ.get("NODE_NAME") or reader.read_value(reader.host.proc / "sys/kernel/hostname")
+        node = os.environ.get("NODE_NAME") or reader.read_value(f"{reader.host.proc}/sys/kernel/hostname")
         attributes: dict[str, Attrs] = {"name": {"nodename": node}} if node else {}
-        files = self._rule_files(reader, reader.host.etc / CUSTOM_D, nested=True)
+        files = self._rule_files(reader, f"{reader.host.etc}/{CUSTOM_D}", nested=True)
         if files:
             attributes["rules"] = files
         return Features(attributes=attributes)
 
-    def _rule_files(self, reader: HostReader, directory: Path, *, nested: bool) -> dict[str, str]:
+    def _rule_files(self, reader: HostReader, directory: str, *, nested: bool) -> dict[str, str]:
         """NFD's custom.d: its files and those of its first-level subdirectories, hidden ones skipped."""
         files: dict[str, str] = {}
         for name in reader.list_dir(directory):
-            path = directory / name
+            path = f"{directory}/{name}"
             if _is_dir(reader, path):
                 if nested:
                     files.update(self._rule_files(reader, path, nested=False))

@@ -8,6 +8,7 @@ config is looked up where NFD looks (the configured `kconfigFile`, /proc/config.
 from __future__ import annotations
 
 import gzip
+import os
 import re
 import zlib
 from collections.abc import Iterator, Mapping
@@ -76,19 +77,19 @@ class KernelSource:
 
     def discover(self, reader: HostReader, config: Config) -> Features:
         host = reader.host
-        release = reader.read_value(host.proc / "sys/kernel/osrelease", required=True) or ""
+        release = reader.read_value(f"{host.proc}/sys/kernel/osrelease", required=True) or ""
         attributes: dict[str, Attrs] = {}
         if release:
             attributes["version"] = parse_version(release)
         attributes["config"] = self._kconfig(reader, release, config)
-        enforce = reader.read_value(host.sys / "fs/selinux/enforce")
+        enforce = reader.read_value(f"{host.sys}/fs/selinux/enforce")
         attributes["selinux"] = {"enabled": "true" if enforce == "1" else "false"}
-        modules_path = host.proc / "modules"
-        loaded = _parsed_modules(str(modules_path), reader.read_text(modules_path) or "")
+        modules_path = f"{host.proc}/modules"
+        loaded = _parsed_modules(modules_path, reader.read_text(modules_path) or "")
         builtin: frozenset[str] = frozenset()
         if release:
-            builtin_path = host.lib_modules / release / "modules.builtin"
-            builtin = _parsed_builtin(str(builtin_path), reader.read_text(builtin_path) or "")
+            builtin_path = f"{host.lib_modules}/{release}/modules.builtin"
+            builtin = _parsed_builtin(builtin_path, reader.read_text(builtin_path) or "")
         return Features(
             flags={"loadedmodule": loaded, "enabledmodule": loaded | builtin},
             attributes=attributes,
@@ -98,23 +99,23 @@ class KernelSource:
     def _kconfig(reader: HostReader, release: str, config: Config) -> Mapping[str, str]:
         host = reader.host
 
-        def candidates() -> Iterator[Path]:  # joined only as far as the search goes
+        def candidates() -> Iterator[str]:  # joined only as far as the search goes
             if config.kconfig_file:
-                yield Path(config.kconfig_file)
+                yield config.kconfig_file
                 return
-            yield host.proc / "config.gz"
+            yield f"{host.proc}/config.gz"
             if release:
-                yield host.boot / f"config-{release}"
-                yield host.lib_modules / release / "config"
-                yield host.usr_lib / "ostree-boot" / f"config-{release}"
-                yield host.usr_lib / "kernel" / f"config-{release}"
+                yield f"{host.boot}/config-{release}"
+                yield f"{host.lib_modules}/{release}/config"
+                yield f"{host.usr_lib}/ostree-boot/config-{release}"
+                yield f"{host.usr_lib}/kernel/config-{release}"
 
         for path in candidates():
             data = reader.read_bytes(path, required=bool(config.kconfig_file))
             if data is None:
                 continue
             try:
-                return _parsed_kconfig(str(path), (path.suffix == ".gz", data))
+                return _parsed_kconfig(path, (os.path.splitext(path)[1] == ".gz", data))
             except (OSError, EOFError, zlib.error) as e:
                 reader.problem(path, f"not a valid gzip file ({e})")
                 continue

@@ -19,7 +19,8 @@ from sro.host.reading import Problem
 from sro.nfd.matching import label_problem
 from sro.node.discovery import custom
 from sro.node.discovery.config import Config
-from sro.node.discovery.features import FeatureSource, SourceResult
+from sro.node.discovery.features import Features, FeatureSource, SourceResult
+from sro.node.discovery.remembered import Remembered, on_forget
 
 # Kubernetes' label checks (three regexes) for each label of every pass: a node's labels change
 # rarely, so the answers are remembered (pure function of key and value; bounded).
@@ -57,6 +58,37 @@ def keep_stale(labeling: Labeling, source_names: Sequence[str]) -> Callable[[str
     return lambda key: source_of_key(key, source_names) in degraded
 
 
+Checked = tuple[tuple[tuple[str, str], ...], tuple[Problem, ...]]  # labels kept, and why others were not
+
+
+def _check(produced: Mapping[str, str], config: Config) -> Checked:
+    """A source's labels under `core.labelWhiteList` and Kubernetes' rules, in key order."""
+    kept: list[tuple[str, str]] = []
+    dropped: list[Problem] = []
+    whitelist = config.label_whitelist
+    for key, value in sorted(produced.items()):
+        if whitelist is not None and not whitelist.search(key.rpartition("/")[2]):
+            continue
+        why = _label_problem(key, value)
+        if why:
+            dropped.append(Problem(f"label {key}", f"{why}; not published"))
+            continue
+        kept.append((key, value))
+    return tuple(kept), tuple(dropped)
+
+
+def _labels_of(_: str, content: tuple[FeatureSource, Features, Config]) -> Checked:
+    source, features, config = content
+    return _check(source.labels(features, config), config)
+
+
+# A source's checked labels are a pure function of its features and the config, and a node's
+# features rarely change between passes: remembered per source while both are equal
+# (sro.node.discovery.remembered; comparing them costs a fraction of deriving and checking again).
+_checked_labels: Remembered[tuple[FeatureSource, Features, Config], Checked] = Remembered(_labels_of, size=32)
+on_forget(_label_problem.cache_clear)
+
+
 def build_labels(
     results: Sequence[SourceResult], config: Config, sources: Sequence[FeatureSource]
 ) -> Labeling:
@@ -72,19 +104,14 @@ def build_labels(
             degraded.add(result.source)
         if not config.label_enabled(result.source) or result.source not in by_name:
             continue
-        if result.source == custom.NAME:
+        if result.source == custom.NAME:  # over every source's features: evaluated each pass
             produced, rule_warnings = custom.evaluate(results, config.custom_rules)
             warnings.extend(rule_warnings)
+            kept, dropped = _check(produced, config)
         else:
-            produced = by_name[result.source].labels(result.features, config)
-        for key, value in sorted(produced.items()):
-            basename = key.rpartition("/")[2]
-            if config.label_whitelist is not None and not config.label_whitelist.search(basename):
-                continue
-            why = _label_problem(key, value)
-            if why:
-                warnings.append(Problem(f"label {key}", f"{why}; not published"))
-                continue
+            kept, dropped = _checked_labels(result.source, (by_name[result.source], result.features, config))
+        warnings.extend(dropped)
+        for key, value in kept:
             if key in labels and labels[key] != value:
                 warnings.append(
                     Problem(f"label {key}", f"{result.source} overrides {labels[key]!r} with {value!r}")

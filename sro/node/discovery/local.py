@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 from sro.api.names import NFD_PREFIX
 from sro.host.reading import HostReader
+from sro.host.root import FEATURES_D
 from sro.node.discovery.config import Config
 from sro.node.discovery.features import Features
 
@@ -81,14 +82,14 @@ class LocalSource:
         self._clock = clock
 
     def discover(self, reader: HostReader, config: Config) -> Features:
-        directory = reader.host.features_d
+        directory = f"{reader.host.etc}/{FEATURES_D}"  # reader.host.features_d, joined as a string
         now = self._clock.now(UTC)
         features: dict[str, str] = {}
         labels: dict[str, str] = {}
         for name in reader.list_dir(directory):
             if name.startswith("."):
                 continue
-            path = directory / name
+            path = f"{directory}/{name}"
             text = reader.read_text(path, limit=MAX_FILE_SIZE)
             if text is None:
                 continue

@@ -16,15 +16,15 @@ class MemorySource:
         host = reader.host
         nodes = [
             n
-            for n in reader.list_dir(host.sys / "devices/system/node")
+            for n in reader.list_dir(f"{host.sys}/devices/system/node")
             if n.startswith("node") and n[4:].isdigit()
         ]
         nv: list[Attrs] = []
-        nd = host.sys / "bus/nd/devices"
+        nd = f"{host.sys}/bus/nd/devices"
         for dev in reader.list_dir(nd):
-            devtype = reader.read_value(nd / dev / "devtype")
+            devtype = reader.read_value(f"{nd}/{dev}/devtype")
             nv.append({"name": dev, "devtype": devtype or ""})
-        swaps = reader.read_text(host.proc / "swaps", required=True)
+        swaps = reader.read_text(f"{host.proc}/swaps", required=True)
         attributes: dict[str, Attrs] = {
             "numa": {"is_numa": str(len(nodes) > 1).lower(), "node_count": str(len(nodes))}
         }

@@ -19,7 +19,7 @@ class NetworkSource:
     name = NAME
 
     def discover(self, reader: HostReader, config: Config) -> Features:
-        base = reader.host.sys / "class/net"
+        base = f"{reader.host.sys}/class/net"
         ifaces: list[Attrs] = []
         names = reader.list_dir(base)
         virtual = set(reader.entries(f"{reader.host.sys}/devices/virtual/net") or ()) if names else set()

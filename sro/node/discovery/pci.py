@@ -66,7 +66,7 @@ class PciSource:
 
     def discover(self, reader: HostReader, config: Config) -> Features:
         devices: list[Attrs] = []
-        base = reader.host.sys / "bus/pci/devices"
+        base = f"{reader.host.sys}/bus/pci/devices"
         names = reader.list_dir(base)
         optional = _optional_attrs(reader) if names else OPTIONAL
         for dev in names:

@@ -10,6 +10,10 @@ fresh bytes or str object has no cached hash, so a dict or lru_cache lookup hash
 every pass, while comparing two equal buffers is one memcmp. Every caller gets the same value
 object, so values must be immutable (frozenset, MappingProxyType, frozen records). A parse that
 raises is not remembered: the next pass parses (and reports) again.
+
+The same holds for what is derived from a source's features (its labels, checked: a pure function
+of the features and the config), keyed by the source's name. `forget()` drops everything remembered
+— what a freshly started daemon has — so the benchmark can also time a first pass.
 """
 
 from __future__ import annotations
@@ -17,8 +21,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-C = TypeVar("C")  # the file's content (bytes or str)
+C = TypeVar("C")  # the file's content (bytes or str), or what a derivation is a function of
 V = TypeVar("V")  # its parse (immutable)
+
+_FORGET: list[Callable[[], None]] = []
+
+
+def on_forget(clear: Callable[[], None]) -> None:
+    """Have `forget()` also call `clear` (another memory of past passes: an lru_cache's cache_clear)."""
+    _FORGET.append(clear)
+
+
+def forget() -> None:
+    """Drop everything every Remembered (and each `on_forget` memory) holds: the next pass is a first."""
+    for clear in _FORGET:
+        clear()
 
 
 class Remembered(Generic[C, V]):
@@ -29,6 +46,7 @@ class Remembered(Generic[C, V]):
         self._parse = parse
         self._size = size
         self._last: dict[str, tuple[C, V]] = {}
+        on_forget(self.clear)
 
     def __call__(self, path: str, content: C) -> V:
         last = self._last.get(path)

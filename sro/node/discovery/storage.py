@@ -13,7 +13,7 @@ class StorageSource:
     name = NAME
 
     def discover(self, reader: HostReader, config: Config) -> Features:
-        base = reader.host.sys / "block"
+        base = f"{reader.host.sys}/block"
         devices: list[Attrs] = []
         for dev in reader.list_dir(base):
             path = f"{base}/{dev}/queue/rotational"  # a string: a pathlib join costs more than the read

@@ -50,9 +50,9 @@ class SystemSource:
 
     def discover(self, reader: HostReader, config: Config) -> Features:
         host = reader.host
-        text = reader.read_text(host.etc / "os-release")
+        text = reader.read_text(f"{host.etc}/os-release")
         if text is None:
-            text = reader.read_text(host.usr_lib / "os-release")
+            text = reader.read_text(f"{host.usr_lib}/os-release")
         if text is None:
             reader.problem(host.etc / "os-release", "missing (and no /usr/lib/os-release)")
         dmi = {}

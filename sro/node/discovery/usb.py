@@ -6,6 +6,8 @@ and only classes in `sources.usb.deviceClassWhitelist` (default 0e, ef, fe, ff) 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sro.host.reading import HostReader
 from sro.node.discovery.config import Config
 from sro.node.discovery.features import Attrs, Features, is_hex, nfd_key
@@ -17,12 +19,12 @@ class UsbSource:
     name = NAME
 
     def discover(self, reader: HostReader, config: Config) -> Features:
-        base = reader.host.sys / "bus/usb/devices"
+        base = f"{reader.host.sys}/bus/usb/devices"  # a string: the directory is absent on most nodes
         devices: list[Attrs] = []
         for dev in reader.list_dir(base):
             if ":" in dev:  # an interface, read with its device below
                 continue
-            path = base / dev
+            path = Path(base, dev)
             ids = {}
             for attr, key in (("idVendor", "vendor"), ("idProduct", "device"), ("bDeviceClass", "class")):
                 value = reader.read_value(path / attr, required=True)

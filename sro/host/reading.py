@@ -30,11 +30,13 @@ VALUE_LIMIT = 64 * 1024  # a one-value attribute (read_value): a sysfs attribute
 
 
 class Recording:
-    """Every file (its bytes) and directory (its entries) that readers sharing it looked at."""
+    """Every file (its bytes) and directory (its entries) that readers sharing it looked at, and
+    every path they looked up and found absent (what the benchmark's full floor looks up too)."""
 
     def __init__(self) -> None:
         self.files: dict[Path, bytes] = {}
         self.dirs: dict[Path, list[tuple[str, bool]]] = {}
+        self.absent: set[Path] = set()
 
 
 class PassCache:
@@ -80,6 +82,8 @@ class HostReader:
         except FileNotFoundError:
             if required:
                 self.problem(path, "missing")
+            if self.recording is not None:
+                self.recording.absent.add(Path(path))
             return None
         except OSError as e:
             self._unreadable(path, e)
@@ -176,6 +180,8 @@ class HostReader:
                     return sorted(e.name for e in it if not e.name.startswith("."))
                 entries = sorted((e.name, _is_dir(e)) for e in it if not e.name.startswith("."))
         except FileNotFoundError:
+            if self.recording is not None:
+                self.recording.absent.add(Path(path))
             return None
         except NotADirectoryError:
             self.problem(path, "not a directory")
@@ -190,13 +196,20 @@ class HostReader:
         """True for a real device node (a fake tree's regular file stand-in is not one)."""
         try:
             return stat.S_ISCHR(os.stat(path).st_mode)
+        except FileNotFoundError:
+            if self.recording is not None:
+                self.recording.absent.add(Path(path))
+            return False
         except OSError:
             return False
 
     def exists(self, path: Path | str) -> bool:
         ok = os.path.exists(path)
-        if ok and self.recording is not None and os.path.isdir(path):
-            self.recording.dirs.setdefault(Path(path), [])
+        if self.recording is not None:
+            if not ok:
+                self.recording.absent.add(Path(path))
+            elif os.path.isdir(path):
+                self.recording.dirs.setdefault(Path(path), [])
         return ok
 
 

@@ -240,3 +240,16 @@ def test_forget_makes_the_next_pass_a_first_one() -> None:
     assert remembered("p", "abc") == remembered("p", "abc") == 3 and calls == ["abc"]
     forget()
     assert remembered("p", "abc") == 3 and calls == ["abc", "abc"]
+
+
+def test_a_recording_names_every_absent_path_the_pass_looked_up(tmp_path: Path) -> None:
+    recording = Recording()
+    reader = HostReader(HostRoot.at(tmp_path), recording=recording)
+    write(tmp_path, "present", "x")
+    reader.read_value(tmp_path / "present")
+    reader.read_value(tmp_path / "gone")
+    reader.list_dir(tmp_path / "no-dir")
+    reader.exists(tmp_path / "no-link")
+    reader.is_char_device(tmp_path / "no-node")
+    assert recording.absent == {tmp_path / n for n in ("gone", "no-dir", "no-link", "no-node")}
+    assert set(recording.files) == {tmp_path / "present"}

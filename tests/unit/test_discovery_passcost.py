@@ -14,7 +14,7 @@ import pytest
 
 from sro.host.reading import HostReader, Recording
 from sro.host.root import HostRoot
-from sro.node.discovery import kernel, system
+from sro.node.discovery import cpu, kernel, system
 from sro.node.discovery.features import is_hex
 
 
@@ -86,3 +86,32 @@ def test_builtin_modules_parse_is_the_per_line_rule_and_a_frozenset() -> None:
 def test_loaded_modules_are_the_first_word_of_each_line() -> None:
     text = "nvidia 56000 1 - Live 0x0\n\nnvme_core 200704 2 nvme, Live 0x0\n"
     assert kernel._parsed_modules("/proc/modules", text) == {"nvidia", "nvme_core"}
+
+
+def test_cpuinfo_parse_reads_the_first_block_as_the_line_loop_did() -> None:
+    block = "processor\t: {n}\nvendor_id\t: GenuineIntel\nflags\t\t: fpu sse4_2 avx\n"
+    text = "\n\n" + "\n".join(block.format(n=n) for n in range(64))  # leading blank lines, 64 CPUs
+    expected: dict[str, str] = {}
+    for line in text.splitlines():  # the rule: skip leading blank lines, stop at the next one
+        if not line.strip():
+            if expected:
+                break
+            continue
+        key, sep, value = line.partition(":")
+        if sep:
+            expected.setdefault(key.strip(), value.strip())
+    assert (
+        cpu.parse_cpuinfo(text)
+        == expected
+        == {"processor": "0", "vendor_id": "GenuineIntel", "flags": "fpu sse4_2 avx"}
+    )
+
+
+def test_cpuid_names_are_derived_once_per_flags_line() -> None:
+    first = cpu._cpuid("cpu", (True, "fpu sse4_2 xsave"))
+    assert first == (frozenset({"X87", "SSE42", "XSAVE", "OSXSAVE"}), frozenset({"fpu", "sse4_2", "xsave"}))
+    assert cpu._cpuid("cpu", (True, " ".join(["fpu", "sse4_2", "xsave"]))) is first
+    assert cpu._cpuid("cpu", (False, "fp asimd sha3")) == (
+        frozenset({"FP", "ASIMD", "SHA3"}),
+        frozenset({"fp", "asimd", "sha3"}),
+    )

@@ -34,6 +34,7 @@ import os
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from types import MappingProxyType
 
 from sro.api.builtin_recipes import SIMULATED_NVIDIA_DRIVER_ROOT
 from sro.api.names import SIMULATED_LABEL
@@ -218,6 +219,19 @@ def _mig_attrs(inv: Inventory) -> tuple[Attrs, ...]:
     )
 
 
+def _attrs_of(_: str, inv: Inventory) -> tuple[tuple[Attrs, ...], tuple[Attrs, ...]]:
+    """(device, MIG device) instances of an inventory, read-only: they are remembered and shared."""
+    return (
+        tuple(MappingProxyType(a) for a in _device_attrs(inv)),
+        tuple(MappingProxyType(a) for a in _mig_attrs(inv)),
+    )
+
+
+# An inventory equal to the last one (the remembered simulated device list is the same object
+# every pass; NVML's is compared field by field) gives the same instances without building them.
+_inventory_attrs = Remembered(_attrs_of)
+
+
 def _devices(features: Features, backend: str) -> list[Device]:
     migs: dict[str, list[MigDevice]] = {}
     for a in features.instances.get("mig_device", ()):
@@ -303,6 +317,7 @@ class AcceleratorSource:
                 inventories.append(nvml)
                 cuda = {"nvml": found[1]} if found[1] else {}
         drivers = {inv.backend: inv.driver_version for inv in inventories}
+        by_inventory = [_inventory_attrs(inv.backend, inv) for inv in inventories]
         machine = reader.read_shared(f"{reader.host.sys}/class/dmi/id/product_name") or ""  # system's too
         # only the variables it reads: copying (and decoding) the whole environment was a third of
         # this source's pass
@@ -317,8 +332,8 @@ class AcceleratorSource:
                 **({recipes.RECIPE: kinds} if kinds else {}),
             },
             instances={
-                "device": tuple(a for inv in inventories for a in _device_attrs(inv)),
-                "mig_device": tuple(a for inv in inventories for a in _mig_attrs(inv)),
+                "device": tuple(a for attrs in by_inventory for a in attrs[0]),
+                "mig_device": tuple(a for attrs in by_inventory for a in attrs[1]),
                 **({recipes.RECIPE_DEVICE: recipe_devices} if recipe_devices else {}),
             },
         )

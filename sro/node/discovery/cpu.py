@@ -8,9 +8,12 @@ kept as raw features but not labelled. NFD's default attribute blacklist applies
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
+
 from sro.host.reading import HostReader
 from sro.node.discovery.config import Config
 from sro.node.discovery.features import Features, nfd_key
+from sro.node.discovery.remembered import Remembered
 
 NAME = "cpu"
 
@@ -66,7 +69,9 @@ VENDORS = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD", "HygonGenuine": "Hygo
 def parse_cpuinfo(text: str) -> dict[str, str]:
     """The first processor block of /proc/cpuinfo as key -> value."""
     out: dict[str, str] = {}
-    for line in text.splitlines():
+    # only the first block is split into lines: /proc/cpuinfo has one per CPU (hundreds of KiB on
+    # a large node), and the loop below stops at the first blank line anyway
+    for line in text.lstrip().partition("\n\n")[0].splitlines():
         if not line.strip():
             if out:
                 break
@@ -75,6 +80,25 @@ def parse_cpuinfo(text: str) -> dict[str, str]:
         if sep:
             out.setdefault(key.strip(), value.strip())
     return out
+
+
+def _cpuid_of(_: str, line: tuple[bool, str]) -> tuple[frozenset[str], frozenset[str]]:
+    """(NFD's cpuid names, the raw flags) of a `flags` line (x86) or a `Features` line (others)."""
+    x86, text = line
+    raw_flags = text.split()
+    if x86:
+        cpuid = {CPUID_NAMES[f] for f in raw_flags if f in CPUID_NAMES}
+        if "XSAVE" in cpuid:  # Linux always enables XSAVE when the CPU has it: CPUID shows OSXSAVE
+            cpuid.add("OSXSAVE")
+        cpuid |= x86_64_levels(cpuid)
+    else:  # arm64 and others: NFD labels the hwcap names upper-cased
+        cpuid = {f.upper() for f in raw_flags if f.isalnum()}
+    return frozenset(cpuid), frozenset(raw_flags)
+
+
+# /proc/cpuinfo's text changes every pass (`cpu MHz`), its flags line only with the CPU or a
+# microcode update: the names derived from it are remembered (sro.node.discovery.remembered).
+_cpuid = Remembered(_cpuid_of)
 
 
 # Paths below are joined as strings: a pathlib join costs more than reading a sysfs attribute.
@@ -87,16 +111,10 @@ class CpuSource:
         cpuinfo_path = f"{reader.host.proc}/cpuinfo"
         text = reader.read_text(cpuinfo_path, required=True) or ""
         info = parse_cpuinfo(text)
-        raw_flags = (info.get("flags") or info.get("Features") or "").split()
+        x86 = bool(info.get("flags"))
+        cpuid, raw_flags = _cpuid(NAME, (x86, info.get("flags") or info.get("Features") or ""))
         if text and not raw_flags:
             reader.problem(cpuinfo_path, "no `flags` line in the first processor block")
-        if info.get("flags"):
-            cpuid = {CPUID_NAMES[f] for f in raw_flags if f in CPUID_NAMES}
-            if "XSAVE" in cpuid:  # Linux always enables XSAVE when the CPU has it: CPUID shows OSXSAVE
-                cpuid.add("OSXSAVE")
-            cpuid |= x86_64_levels(cpuid)
-        else:  # arm64 and others: NFD labels the hwcap names upper-cased
-            cpuid = {f.upper() for f in raw_flags if f.isalnum()}
         model: dict[str, str] = {}
         if "vendor_id" in info:
             model["vendor_id"] = VENDORS.get(info["vendor_id"], info["vendor_id"])
@@ -107,9 +125,7 @@ class CpuSource:
         attributes["pstate"] = self._pstate(reader)
         attributes["cstate"] = self._cstate(reader)
         attributes["security"] = self._security(reader, cpuid)
-        return Features(
-            flags={"cpuid": frozenset(cpuid), "cpuinfo_flags": frozenset(raw_flags)}, attributes=attributes
-        )
+        return Features(flags={"cpuid": cpuid, "cpuinfo_flags": raw_flags}, attributes=attributes)
 
     @staticmethod
     def _topology(reader: HostReader) -> dict[str, str]:
@@ -163,7 +179,7 @@ class CpuSource:
             return {}
 
     @staticmethod
-    def _security(reader: HostReader, cpuid: set[str]) -> dict[str, str]:
+    def _security(reader: HostReader, cpuid: AbstractSet[str]) -> dict[str, str]:
         out: dict[str, str] = {}
         if {"SGX", "SGXLC"} <= cpuid:
             out["sgx.enabled"] = "true"

@@ -115,3 +115,28 @@ def test_cpuid_names_are_derived_once_per_flags_line() -> None:
         frozenset({"FP", "ASIMD", "SHA3"}),
         frozenset({"fp", "asimd", "sha3"}),
     )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'CONFIG_A=y\nCONFIG_B="x y"\n# CONFIG_C is not set\nCONFIG_NOEQ\nCONFIG_D=a=b\n CONFIG_E=y\n',
+        'CONFIG_=z\nCONFIG_F=\nCONFIG_A=y\nCONFIG_A=m\nCONFIG_G="q\nCONFIG_CONFIG_H=y',
+        "",
+        "\n\nCONFIG_X=1\n\n",
+        "CONFIG_A=y\r\nCONFIG_B=m\r\n",  # CRLF: the line rule
+        "CONFIG_A=y\x0cCONFIG_B=m\x1eCONFIG_C=\x0by",  # other line breaks
+        'CONFIG_NAME="caf\u00e9"\u2028CONFIG_B=y\n',  # not ASCII
+    ],
+)
+def test_kconfig_parse_is_the_line_rule(text: str) -> None:
+    assert kernel.parse_kconfig(text) == kernel._parse_kconfig_lines(text)
+
+
+def test_kconfig_parse_of_this_machines_config_is_the_line_rule() -> None:
+    try:
+        text = gzip.decompress(Path("/proc/config.gz").read_bytes()).decode("utf-8", "replace")
+    except OSError:
+        pytest.skip("no /proc/config.gz here")
+    assert kernel.parse_kconfig(text) == kernel._parse_kconfig_lines(text)
+    assert len(kernel.parse_kconfig(text)) > 100

@@ -294,8 +294,8 @@ def test_x86_64_levels_are_cumulative_and_need_every_feature() -> None:
 
 def test_kconfig_keeps_y_and_m_apart_and_labels_both_true() -> None:
     from sro.node.discovery.config import Config
-    from sro.node.discovery.kernel import SOURCE, parse_kconfig
     from sro.node.discovery.features import Features
+    from sro.node.discovery.kernel import SOURCE, parse_kconfig
 
     raw = parse_kconfig('CONFIG_NO_HZ=y\nCONFIG_PREEMPT=m\nCONFIG_LSM="landlock"\n# CONFIG_X is not set\n')
     assert raw == {"NO_HZ": "y", "PREEMPT": "m", "LSM": "landlock"}

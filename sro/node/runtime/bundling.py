@@ -44,6 +44,7 @@ MODULES = (
     "node/runtime/hostldconfig.py",
     "node/runtime/inject.py",
     "node/runtime/inventory.py",
+    "node/runtime/leanjson.py",
     "node/runtime/mounting.py",
     "node/runtime/namematch.py",
     "node/runtime/records.py",

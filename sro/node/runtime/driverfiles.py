@@ -210,7 +210,7 @@ def device_aliases(recipe: Recipe, driver_root: str) -> dict[str, str]:
     """
     if not recipe.simulated:
         return {}
-    from sro.node.runtime.hook import loads
+    from sro.node.runtime.leanjson import loads
 
     try:
         with open(os.path.join(driver_root, SIMULATED_DEVICE_LIST), "rb") as f:

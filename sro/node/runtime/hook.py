@@ -35,6 +35,8 @@ from __future__ import annotations
 import posix  # not `os`: its import (os.path, _collections_abc) is ~1.5 ms of every hook start
 import sys
 
+from sro.node.runtime.leanjson import dumps, loads, path_isabs, path_join
+
 TYPE_CHECKING = False  # typing itself is not imported at run time: every ms counts here
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
     from sro.node.runtime.inject import Options
     from sro.node.runtime.inventory import DriverInventory, InjectionPlan
 
+__all__ = ["HookError", "dumps", "loads", "main", "path_isabs", "path_join"]  # the helpers: leanjson's
 STAGES = ("prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop")
 ACTIVE_STAGES = ("prestart", "createContainer")
 MAX_STATE_BYTES = 1 << 20
@@ -61,67 +64,6 @@ DEFAULT_LDCONFIG = "/sbin/ldconfig"  # = inject.Options().ldconfig (checked by a
 
 class HookError(Exception):
     """Why the hook refuses to let the container start."""
-
-
-class _ScanContext:
-    """What the C JSON scanner reads off a JSONDecoder: plain json.loads() semantics."""
-
-    strict = True
-    object_hook = None
-    object_pairs_hook = None
-    parse_float = float
-    parse_int = int
-    parse_constant = staticmethod(
-        {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}.get
-    )
-
-
-def loads(raw: bytes) -> Any:
-    """json.loads without importing `json`: its module compiles regexes (~7 ms of every hook run).
-
-    Uses the C scanner `json` itself uses; on any error (and where `_json` is missing) the real
-    json.loads runs, so malformed input gets exactly json's error message.
-    """
-    try:
-        from _json import make_scanner
-
-        text = raw.decode("utf-8").strip(" \t\n\r")
-        obj, end = make_scanner(_ScanContext())(text, 0)  # type: ignore[arg-type]
-        if end == len(text):
-            return obj
-    except Exception:
-        pass
-    import json
-
-    return json.loads(raw)
-
-
-def path_isabs(path: str) -> bool:
-    """os.path.isabs (POSIX) without importing `os` (see the import at the top)."""
-    return path.startswith("/")
-
-
-def path_join(a: str, b: str) -> str:
-    """os.path.join(a, b) (POSIX) without importing `os`."""
-    if b.startswith("/"):
-        return b
-    return a + b if not a or a.endswith("/") else a + "/" + b
-
-
-def _not_json(obj: object) -> object:
-    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
-
-
-def dumps(doc: Any) -> str:
-    """json.dumps(doc) (default separators) without importing `json`, through its C encoder."""
-    try:
-        from _json import encode_basestring_ascii, make_encoder
-    except ImportError:  # pragma: no cover - CPython always has _json
-        import json
-
-        return json.dumps(doc)
-    encoder = make_encoder({}, _not_json, encode_basestring_ascii, None, ": ", ", ", False, False, True)
-    return "".join(encoder(doc, 0))
 
 
 class HookArgs:

@@ -82,7 +82,7 @@ def load_file(path: str) -> HookRecipe:
     """The recipe `sro runtime install` installed at `path` (its canonical JSON): read and checked
     again on every container start, since the hook must never mount what a changed file names
     without the rules holding; ValueError("<path>: <field>: <what is wrong>"), one line."""
-    from sro.node.runtime.hook import loads
+    from sro.node.runtime.leanjson import loads
 
     try:
         with open(path, "rb") as f:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from sro.api.recipes import SIMULATED_GPU
-from sro.node.runtime import hook, launcher, specedits, wrapper
+from sro.node.runtime import hook, inject, launcher, specedits, wrapper
 from sro.node.runtime.inventory import DeviceNode, FileMount, InjectionPlan
 from sro.node.runtime.specedits import bootstrap, package_root
 
@@ -77,6 +77,50 @@ def test_apply_plan_cdi_style() -> None:
     (entry,) = out["hooks"]["createContainer"]
     assert entry["args"][5:] == ["update-ldcache", "--recipe", "simulated-gpu", "--folder", "/lib"]
     assert entry["env"]
+
+
+def test_apply_plan_cdi_style_with_the_hosts_ldconfig_as_its_hook() -> None:
+    """Mode cdi's one-Python ldcache: the host's ldconfig is the hook, the folders' file a runc mount."""
+    direct = specedits.DirectLdcache("/sbin/ldconfig.real", "/b/rootfs", "/b/sro-ld.so.conf")
+    out = specedits.apply_plan({"mounts": []}, PLAN, direct)
+    assert out["mounts"][-1] == {
+        "destination": "/etc/ld.so.conf.d/000-sro.conf",
+        "source": "/b/sro-ld.so.conf",
+        "type": "bind",
+        "options": ["ro", "nosuid", "nodev", "bind"],
+    }
+    (entry,) = out["hooks"]["createContainer"]
+    assert entry == {
+        "path": "/sbin/ldconfig.real",
+        "args": ["/sbin/ldconfig.real", "-r", "/b/rootfs", "/lib"],
+        "env": ["PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"],
+        "timeout": 30,
+    }
+    assert specedits.LD_CONF == inject.LD_CONF
+    with pytest.raises(ValueError, match="absolute"):
+        specedits.ldconfig_entry(specedits.DirectLdcache("ldconfig", "/r", "/c"), ["/lib"])
+
+
+def test_the_wrapper_checks_the_hosts_ldconfig_and_writes_the_folders(tmp_path: Path) -> None:
+    spec = {"root": {"path": "rootfs"}}
+    (tmp_path / "rootfs").mkdir()
+    if not Path("/sbin/ldconfig").exists():
+        pytest.skip("no /sbin/ldconfig on this machine")
+    good = inject.real_ldconfig("/sbin/ldconfig")  # the host's: root's, not writable
+    direct = wrapper.direct_ldcache(spec, str(tmp_path), "/sbin/ldconfig", ("/lib", "/usr/lib64"))
+    assert direct == specedits.DirectLdcache(good, str(tmp_path / "rootfs"), str(tmp_path / "sro-ld.so.conf"))
+    assert (tmp_path / "sro-ld.so.conf").read_text() == "/lib\n/usr/lib64\n"
+    writable = tmp_path / "ldconfig"
+    writable.write_bytes(b"\x7fELF")
+    writable.chmod(0o757)  # world-writable: anyone could replace what runs as root
+    with pytest.raises(wrapper.WrapperError, match="not a root-owned, non-writable"):
+        wrapper.direct_ldcache(spec, str(tmp_path), str(writable), ("/lib",))
+    planted = tmp_path / "rootfs" / "ldconfig"  # the image's own: CVE-2024-0136
+    planted.write_bytes(b"\x7fELF")
+    with pytest.raises(wrapper.WrapperError, match="inside the container's rootfs"):
+        wrapper.direct_ldcache(spec, str(tmp_path), str(planted), ("/lib",))
+    with pytest.raises(wrapper.WrapperError, match=r"root\.path"):
+        wrapper.direct_ldcache({}, str(tmp_path), "/sbin/ldconfig", ("/lib",))
 
 
 @pytest.mark.parametrize(

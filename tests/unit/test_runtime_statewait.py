@@ -10,6 +10,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -113,7 +114,17 @@ def test_read_state_runs_the_hooks_steps_only_while_waiting(pipe: tuple[io.Buffe
     state = hook.read_state(reader, (arrive, *steps[1:]))
     assert state == {"bundle": "/b", "pid": 3}
     assert [r.name for r in args.recipes] == ["simulated-gpu"]
-    assert args._found == {}  # the discovery step never ran: the state came first
+    assert args._devices == {} and args._found == {}  # the listing step never ran: the state came first
+
+
+def test_the_steps_list_device_nodes_but_never_glob_a_drivers_files(tmp_path: Path) -> None:
+    """A full discovery of a driver rooted at `/` globs its libraries over the host's lib folders
+    (tens of ms): never speculatively, only for a recipe a container asks for."""
+    (tmp_path / "sro-simgpu0").write_text("")
+    args = hook.parse_args(["prestart", "--driver-root", str(tmp_path), "--dev-root", str(tmp_path)])
+    for step in args.prepare():
+        step()
+    assert set(args._devices) == {r.name for r in args.recipes} and args._found == {}
 
 
 def test_only_the_active_stages_and_update_ldcache_prepare_anything() -> None:

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from sro.node.runtime.activation import Access, Request
     from sro.node.runtime.hookrecipes import AnyRecipe, HookRecipe
     from sro.node.runtime.inject import Options
-    from sro.node.runtime.inventory import DriverInventory, InjectionPlan
+    from sro.node.runtime.inventory import DeviceNode, DriverInventory, InjectionPlan
 
 __all__ = ["HookError", "dumps", "loads", "main", "path_isabs", "path_join"]  # the helpers: leanjson's
 STAGES = ("prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop")
@@ -70,6 +70,7 @@ class HookArgs:
     """Parsed options. A plain class: a dataclass import would cost the idle hook several ms."""
 
     __slots__ = (
+        "_devices",
         "_found",
         "_loaded",
         "_opt",
@@ -100,6 +101,7 @@ class HookArgs:
         self.recipe_files = recipe_files
         self._loaded: tuple[HookRecipe, ...] | None = None
         self._found: dict[str, DriverInventory] = {}
+        self._devices: dict[str, tuple[DeviceNode, ...]] = {}
         self.accept_envvar_unprivileged = accept_envvar_unprivileged
         self.management_namespaces = management_namespaces
         self.stage = stage
@@ -147,10 +149,26 @@ class HookArgs:
             self._found[recipe.name] = found
         return found
 
+    def devices_of(self, recipe: AnyRecipe) -> tuple[DeviceNode, ...]:
+        """`recipe`'s device nodes on this host (driverfiles.find_devices: a listing of one /dev
+        folder), found once per hook run; what reading an allocation needs, never the library globs
+        of a full discovery (a driver root of `/`: tens of ms)."""
+        found = self._found.get(recipe.name)
+        if found is not None:
+            return found.devices
+        devices = self._devices.get(recipe.name)
+        if devices is None:
+            from sro.node.runtime import driverfiles
+
+            devices = self._devices[recipe.name] = driverfiles.find_devices(recipe, self.dev_root)
+        return devices
+
     def prepare(self) -> tuple[Callable[[], object], ...]:
         """The active path's own work, in the order it needs it, to do while runc's state is in
-        flight (statewait): importing the code that decides, finds and injects, and finding this
-        host's driver files. Nothing of the container is read: the state names it."""
+        flight (statewait): importing the code that decides, finds and injects, and listing this
+        host's device nodes of each recipe (cheap, and what reading an allocation needs; the full
+        discovery of a recipe's files waits for a request of it). Nothing of the container is read:
+        the state names it."""
 
         def deciding() -> None:
             from sro.node.runtime import activation  # noqa: F401
@@ -162,7 +180,7 @@ class HookArgs:
 
         def discovering() -> None:
             for recipe in self.recipes:
-                self.discovered(recipe)
+                self.devices_of(recipe)
 
         def injecting() -> None:
             from sro.node.runtime import devcgroup, inject, mounting  # noqa: F401
@@ -358,7 +376,7 @@ def access_for(args: HookArgs, config: Mapping[str, Any]) -> Access:
     numbers = activation.device_numbers(config)
     if numbers and not priv:
         for recipe in args.recipes:
-            found = args.discovered(recipe).devices
+            found = args.devices_of(recipe)
             # a companion's number gives its whole device, as its primary node's does
             ids = tuple(dict.fromkeys(d.device_id for d in found if (d.major, d.minor) in numbers))
             if ids:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sro.node.runtime.namematch import filter_names, glob_in, match
+from sro.node.runtime.namematch import filter_names, glob_in, literal_prefix, match
 
 
 def test_match_agrees_with_fnmatchcase_on_random_names() -> None:
@@ -20,6 +20,19 @@ def test_match_agrees_with_fnmatchcase_on_random_names() -> None:
         name = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 8)))
         pattern = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6)))
         assert match(name, pattern) == fnmatch.fnmatchcase(name, pattern), (name, pattern)
+
+
+def test_filter_names_agrees_with_fnmatch_filter_on_random_names() -> None:
+    """filter_names passes over names without the pattern's literal prefix before matching: the
+    same answers as fnmatch.filter, character classes included."""
+    rng = random.Random(7)
+    alphabet = "ab.*?[]!"
+    for _ in range(3000):
+        names = ["".join(rng.choice("ab.[]!") for _ in range(rng.randint(0, 6))) for _ in range(12)]
+        pattern = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6)))
+        assert filter_names(names, pattern) == fnmatch.filter(names, pattern), (names, pattern)
+    assert literal_prefix("libcuda.so.*") == "libcuda.so." and literal_prefix("x[ab]*") == "x"
+    assert literal_prefix("plain") == "plain" and literal_prefix("*.so") == ""
 
 
 @pytest.mark.parametrize(

@@ -144,15 +144,22 @@ def _inside(real: str, top: str) -> bool:
     return real == top or real.startswith(top.rstrip("/") + "/")
 
 
-def find_libraries(driver_root: str, patterns: Iterable[str], seen: set[str]) -> tuple[FileMount, ...]:
+def find_libraries(
+    driver_root: str, patterns: Iterable[str], seen: set[str], listings: dict[str, list[str]] | None = None
+) -> tuple[FileMount, ...]:
     """Regular files matching `patterns` in the usual library folders; symlinks collapse to their file
-    (one that leads out of the driver root is left out)."""
+    (one that leads out of the driver root is left out). `listings` keeps each folder's names between
+    the calls of one discovery (one per capability), so each folder is listed once."""
+    listings = {} if listings is None else listings
     out: list[FileMount] = []
     top = os.path.realpath(driver_root)
     for rel_dir in LIB_DIRS:
         host_dir = os.path.join(driver_root, rel_dir)
+        names = listings.get(host_dir)
+        if names is None:
+            names = listings[host_dir] = _listdir(host_dir)
         for pattern in patterns:
-            for name in filter_names(_listdir(host_dir), pattern):
+            for name in filter_names(names, pattern):
                 real = os.path.realpath(os.path.join(host_dir, name))
                 if real in seen or not os.path.isfile(real) or not _inside(real, top):
                     continue
@@ -224,12 +231,15 @@ def discover(recipe: Recipe, driver_root: str | None = None, dev_root: str = "/d
     """Everything the recipe's driver offers on this host (empty groups where files are missing)."""
     root = driver_root if driver_root is not None else recipe.driver_root
     seen_libs: set[str] = set()
+    listings: dict[str, list[str]] = {}
     seen_bins: set[str] = set()
     return DriverInventory(
         recipe=recipe.name,
         devices=find_devices(recipe, dev_root),
         control_nodes=find_control_nodes(recipe, dev_root),
-        libraries={cap: find_libraries(root, pats, seen_libs) for cap, pats in recipe.libraries.items()},
+        libraries={
+            cap: find_libraries(root, pats, seen_libs, listings) for cap, pats in recipe.libraries.items()
+        },
         binaries={cap: find_binaries(root, names, seen_bins) for cap, names in recipe.binaries.items()},
         directories={cap: find_directories(root, dirs) for cap, dirs in recipe.directories.items()},
         firmware=find_firmware(root, recipe.firmware),

@@ -48,9 +48,20 @@ def match(name: str, pattern: str) -> bool:
     return p == len(pattern)
 
 
+def literal_prefix(pattern: str) -> str:
+    """What every name matching `pattern` starts with: its part before the first `*`, `?` or `[`."""
+    for i, c in enumerate(pattern):
+        if c in "*?[":
+            return pattern[:i]
+    return pattern
+
+
 def filter_names(names: Iterable[str], pattern: str) -> list[str]:
-    """fnmatch.filter(names, pattern) on POSIX."""
-    return [n for n in names if match(n, pattern)]
+    """fnmatch.filter(names, pattern) on POSIX. A name without the pattern's literal prefix is
+    passed over by one `startswith` (C), not the character loop of `match`: a recipe's ~30 library
+    globs over a distribution's lib folder (1,000+ names) took ~60 ms that way."""
+    prefix = literal_prefix(pattern)
+    return [n for n in names if n.startswith(prefix) and match(n, pattern)]
 
 
 def _listdir(path: str, dirs_only: bool) -> list[str]:

@@ -351,3 +351,22 @@ def test_wrapper_hook_mode_writes_the_device_rules(tmp_path: Path, monkeypatch: 
         {"allow": True, "type": "c", "major": 120, "minor": 0, "access": "rwm"}
     ]
     assert "devices" not in out["linux"] and "mounts" not in out  # the hook makes the nodes and mounts
+
+
+def test_mode_hook_reads_only_the_device_nodes(tmp_path: Path) -> None:
+    """The wrapper's mode hook writes only the device cgroup rules: discover_devices gives the same
+    nodes and aliases as a full discovery, with none of the driver's files globbed."""
+    from sro.node.runtime import driverfiles
+
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "libsimgpu.so.1").write_bytes(b"")
+    (tmp_path / "devices.json").write_text(json.dumps({"devices": [{"uuid": "GPU-x", "index": 0}]}))
+    full = driverfiles.discover(SIMULATED_GPU, str(tmp_path), "/dev")
+    only = driverfiles.discover_devices(SIMULATED_GPU, str(tmp_path), "/dev")
+    assert (only.devices, only.control_nodes, only.aliases) == (
+        full.devices,
+        full.control_nodes,
+        full.aliases,
+    )
+    assert any(full.libraries.values()) and full.aliases == {"GPU-x": "0"}
+    assert only.libraries == {} and only.binaries == {} and only.firmware == ()

@@ -227,6 +227,20 @@ def device_aliases(recipe: Recipe, driver_root: str) -> dict[str, str]:
         return {}
 
 
+def discover_devices(
+    recipe: Recipe, driver_root: str | None = None, dev_root: str = "/dev"
+) -> DriverInventory:
+    """Only the recipe's device and control nodes (and device aliases): what the device cgroup rules
+    and the refusal of an unknown device id need, without globbing the driver's files."""
+    root = driver_root if driver_root is not None else recipe.driver_root
+    return DriverInventory(
+        recipe=recipe.name,
+        devices=find_devices(recipe, dev_root),
+        control_nodes=find_control_nodes(recipe, dev_root),
+        aliases=device_aliases(recipe, root),
+    )
+
+
 def discover(recipe: Recipe, driver_root: str | None = None, dev_root: str = "/dev") -> DriverInventory:
     """Everything the recipe's driver offers on this host (empty groups where files are missing)."""
     root = driver_root if driver_root is not None else recipe.driver_root

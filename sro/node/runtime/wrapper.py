@@ -93,9 +93,16 @@ def edit_spec(
         raise WrapperError(str(e)) from None
     if not requests:
         return None
-    from sro.node.runtime import inventory, specedits
+    from sro.node.runtime import driverfiles, inventory, specedits
 
-    inventories = {r.recipe.name: args.discovered(r.recipe) for r in requests}
+    if mode == "hook":  # only the rules of the nodes the hook makes: no globbing of the driver's files
+        roots = args.driver_roots
+        inventories = {
+            r.recipe.name: driverfiles.discover_devices(r.recipe, roots.get(r.recipe.name), args.dev_root)
+            for r in requests
+        }
+    else:
+        inventories = {r.recipe.name: args.discovered(r.recipe) for r in requests}
     try:
         plan = inventory.plan_all(requests, inventories)
     except inventory.UnknownDeviceError as e:

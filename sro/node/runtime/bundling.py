@@ -50,7 +50,6 @@ MODULES = (
     "node/runtime/records.py",
     "node/runtime/safepath.py",
     "node/runtime/specedits.py",
-    "node/runtime/statewait.py",
     "node/runtime/syscalls.py",
     "node/runtime/wrapper.py",
 )

@@ -39,7 +39,7 @@ from sro.node.runtime.leanjson import dumps, loads, path_isabs, path_join
 
 TYPE_CHECKING = False  # typing itself is not imported at run time: every ms counts here
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
     from typing import IO, Any
 
     from sro.node.runtime.activation import Access, Request
@@ -163,35 +163,6 @@ class HookArgs:
             devices = self._devices[recipe.name] = driverfiles.find_devices(recipe, self.dev_root)
         return devices
 
-    def prepare(self) -> tuple[Callable[[], object], ...]:
-        """The active path's own work, in the order it needs it, to do while runc's state is in
-        flight (statewait): importing the code that decides, finds and injects, and listing this
-        host's device nodes of each recipe (cheap, and what reading an allocation needs; the full
-        discovery of a recipe's files waits for a request of it). Nothing of the container is read:
-        the state names it."""
-
-        def deciding() -> None:
-            from sro.node.runtime import activation  # noqa: F401
-
-            self.recipes  # noqa: B018 - loads them (a bad --recipe is reported on the real path)
-
-        def finding() -> None:
-            from sro.node.runtime import driverfiles, inventory  # noqa: F401
-
-        def discovering() -> None:
-            for recipe in self.recipes:
-                self.devices_of(recipe)
-
-        def injecting() -> None:
-            from sro.node.runtime import devcgroup, inject, mounting  # noqa: F401
-
-        def ldcache() -> None:
-            from sro.node.runtime import inject, safepath  # noqa: F401
-
-        if self.stage == "update-ldcache":
-            return (ldcache,)
-        return (deciding, finding, discovering, injecting) if self.stage in ACTIVE_STAGES else ()
-
     @property
     def driver_roots(self) -> dict[str, str]:
         """Recipe name -> driver root given on the command line (others use the recipe's own)."""
@@ -301,14 +272,8 @@ def may_ask(config: Mapping[str, Any]) -> bool:
     return any(not isinstance(k, str) or k.startswith(ANNOTATION_PREFIXES) for k in annotations)
 
 
-def read_state(stream: IO[bytes], while_waiting: Sequence[Callable[[], object]] = ()) -> dict[str, Any]:
-    """The state JSON runc writes on stdin; `while_waiting` run until it comes (see statewait)."""
-    if while_waiting:
-        from sro.node.runtime.statewait import read_overlapped
-
-        raw = read_overlapped(stream, MAX_STATE_BYTES + 1, while_waiting)
-    else:
-        raw = stream.read(MAX_STATE_BYTES + 1)
+def read_state(stream: IO[bytes]) -> dict[str, Any]:
+    raw = stream.read(MAX_STATE_BYTES + 1)
     if len(raw) > MAX_STATE_BYTES:
         raise HookError("state JSON on stdin: larger than 1 MiB")
     try:
@@ -423,7 +388,7 @@ def run(args: HookArgs, stdin: IO[bytes]) -> None:
     """One hook invocation; raises HookError (or InjectError) with the reason to refuse."""
     if args.stage not in (*ACTIVE_STAGES, "update-ldcache"):
         return
-    state = read_state(stdin, args.prepare())
+    state = read_state(stdin)
     bundle = state.get("bundle", state.get("bundlePath"))
     assert isinstance(bundle, str)
     config = read_config(bundle)

@@ -344,35 +344,38 @@ def _figures(
         return paired_figure(name, "ms", one_start, added(key), ms("py-start"), goal=2.0,
                              target="added <= 2x one Python start", why=why)  # fmt: skip
 
-    def wrap1_vs_start(name: str, key: str) -> Figure:
-        floor = paired_figure("floor", "ms", one_start, added("wrap-floor-1"), ms("py-start"), goal=2.0)
-        over = paired_figure("over", "ms", "floor", added(key), added("wrap-floor-1"), goal=None)
+    def with_floor(name: str, key: str, goal: float, floor_key: str, floor_text: str) -> Figure:
+        """`key` against one Python start. A hook or wrapper is a process runc (or containerd) starts:
+        where the floor (`floor_key`, such a process doing nothing) already costs more than the goal
+        allows, nothing of that shape can meet it; say so with that measurement."""
+        floor = paired_figure("floor", "ms", one_start, added(floor_key), ms("py-start"), goal=goal)
+        over = paired_figure("over", "ms", "floor", added(key), added(floor_key), goal=None)
         why = ""
         if floor.met is False:
-            why = (f"floor: a Python wrapper that only execs runc + a /bin/true prestart hook adds"
-                   f" {floor.value:.1f} ms = {floor.ratio:.2f}x one Python start ({floor.baseline:.1f} ms);"
-                   f" this wrapper adds {over.ratio:.2f}x that floor")  # fmt: skip
-        return paired_figure(name, "ms", one_start, added(key), ms("py-start"), goal=2.0,
-                             target="added <= 2x one Python start", why=why)  # fmt: skip
+            why = (f"floor: {floor_text} adds {floor.value:.1f} ms = {floor.ratio:.2f}x one Python start"
+                   f" ({floor.baseline:.1f} ms); this adds {over.ratio:.2f}x that floor")  # fmt: skip
+        return paired_figure(name, "ms", one_start, added(key), ms("py-start"), goal=goal,
+                             target=f"added <= {goal:g}x one Python start", why=why)  # fmt: skip
+
+    def wrap1_vs_start(name: str, key: str) -> Figure:
+        return with_floor(
+            name,
+            key,
+            2.0,
+            "wrap-floor-1",
+            "a Python wrapper that only execs runc + a /bin/true prestart hook",
+        )
+
+    def hook_vs_start(name: str, key: str) -> Figure:
+        return with_floor(
+            name, key, 1.5, "py-hook", "runc running a do-nothing Python prestart hook (python -I -S -c pass)"
+        )
 
     def wrap_vs_floor(name: str, key: str) -> Figure:
         # what the goal's `why` cannot excuse: the wrapper's cost beyond the floor of any Python wrapper
         return paired_figure(name, "ms", "launcher + exec-only Python + do-nothing Python hook, added",
                              added(key), added("wrap-floor"), goal=1.5,
                              target="<= 1.5x any Python wrapper's floor")  # fmt: skip
-
-    def hook_vs_start(name: str, key: str) -> Figure:
-        # A hook is a process runc starts: where runc starting a hook that only starts Python already
-        # costs more than the goal allows, no Python hook can meet it; say so with that measurement.
-        floor = paired_figure("floor", "ms", one_start, added("py-hook"), ms("py-start"), goal=1.5)
-        over = paired_figure("over", "ms", "floor", added(key), added("py-hook"), goal=None)
-        why = ""
-        if floor.met is False:
-            why = (f"floor: runc running a do-nothing Python prestart hook (python -I -S -c pass) adds"
-                   f" {floor.value:.1f} ms = {floor.ratio:.2f}x one Python start ({floor.baseline:.1f} ms);"
-                   f" this hook adds {over.ratio:.2f}x that floor (next figure)")  # fmt: skip
-        return paired_figure(name, "ms", one_start, added(key), ms("py-start"), goal=1.5,
-                             target="added <= 1.5x one Python start", why=why)  # fmt: skip
 
     def hook_vs_floor(name: str, key: str) -> Figure:
         return paired_figure(name, "ms", "runc + do-nothing Python prestart hook, added", added(key), added("py-hook"),

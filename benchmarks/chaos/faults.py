@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -281,12 +282,35 @@ def upgrade_paused(t: Target, p: Params) -> str:
     )
 
 
+# A delete slower than this keeps the operator replicas' logs of it: most take 9-12 s here, a few
+# (right after a leader was killed) near a minute, and why is in the new leader's log.
+SLOW_DELETE_S = 30.0
+
+
+def _operator_logs(t: Target, since_s: int) -> str:
+    parts = []
+    for pod in _pods(t, "app.kubernetes.io/name=sro-operator"):
+        name = pod["metadata"]["name"]
+        out = t.kubectl("logs", "-n", NAMESPACE, name, f"--since={since_s}s", "--timestamps")
+        parts.append(f"==== {name}\n{out.stdout}{out.stderr}")
+    return "\n".join(parts)
+
+
 def sr_reapplied(t: Target, p: Params) -> str:
     t0 = time.monotonic()
     gone = t.kubectl("delete", "sr", t.sr, "--timeout=180s", timeout=200)
     took = time.monotonic() - t0
+    slow = ""
+    if took > SLOW_DELETE_S:
+        fd, path = tempfile.mkstemp(prefix="sro-chaos-slow-delete-", suffix=".log")
+        with os.fdopen(fd, "w") as f:
+            f.write(_operator_logs(t, int(took) + 15))
+        slow = f"; slow: the operator replicas' logs of it are in {path}"
     out = t.kubectl("apply", "-f", "-", input=json.dumps(t.sr_doc))
-    return f"SpecialResource deleted in {took:.1f} s ({_first_line(gone)}) and applied again ({_first_line(out)})"
+    return (
+        f"SpecialResource deleted in {took:.1f} s ({_first_line(gone)}) and applied again ({_first_line(out)})"
+        + slow
+    )
 
 
 INJECTORS: dict[str, Callable[[Target, Params], str]] = {

@@ -325,7 +325,8 @@ def watch_until_deleted(
                 events.put(event)
                 buffer = buffer.lstrip()[end:]
 
-    threading.Thread(target=read, daemon=True).start()
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
         events.get(timeout=30)  # the watch's first event: it is open
         act()
@@ -338,6 +339,9 @@ def watch_until_deleted(
     finally:
         proc.kill()
         proc.wait()
+        reader.join(10)  # it ends at the pipe's end
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def test_a_standby_replica_stops_on_sigterm(cluster: LocalCluster, ready: float) -> None:

@@ -133,6 +133,22 @@ def _micro(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+async def run_until(work: Awaitable[T], rival: Awaitable[object]) -> asyncio.Future[T]:
+    """Run `work` until it or `rival` finishes first; `work`'s future, done (its result or error to
+    read) or cancelled when `rival` came first. `rival` is cancelled either way."""
+    task = asyncio.ensure_future(work)
+    other = asyncio.ensure_future(rival)
+    try:
+        await asyncio.wait({task, other}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        other.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    return task
+
+
 class LeaderElection:
     def __init__(
         self,
@@ -156,16 +172,7 @@ class LeaderElection:
 
     async def _bounded(self, work: Awaitable[T], timeout: float) -> T:
         """`work`'s result, or TimeoutError after `timeout` seconds of `self.sleep` (cancelling it)."""
-        task = asyncio.ensure_future(work)
-        timer = asyncio.ensure_future(self.sleep(timeout))
-        try:
-            await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            timer.cancel()
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        task = await run_until(work, self.sleep(timeout))
         if task.cancelled():
             raise TimeoutError(f"no answer within {timeout:g} s")
         return task.result()

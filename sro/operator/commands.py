@@ -15,7 +15,6 @@ all the operator needs to try it again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -144,16 +143,9 @@ def _stop_on_signals(stop: asyncio.Event) -> None:
 
 async def _until_stopped(work: Awaitable[None], stop: asyncio.Event) -> bool:
     """Run `work` until it finishes (True) or `stop` is set first (False; `work` is cancelled)."""
-    task = asyncio.ensure_future(work)
-    stopped = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopped.cancel()
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    from sro.kube.leases import run_until
+
+    task = await run_until(work, stop.wait())
     if task.cancelled():
         return False
     task.result()  # its exception, if it failed

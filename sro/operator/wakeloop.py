@@ -25,6 +25,8 @@ from typing import Any, Protocol
 
 import kopf
 
+from sro.kube.errors import describe_error
+
 
 class StopFlag(Protocol):
     """kopf's `stopped` of a daemon: true once it must end; `wait()` returns then."""
@@ -101,14 +103,21 @@ class WakeLoop:
         """Count and log (once per distinct error) a failed pass; the delay before the next one."""
         self.failures += 1
         said = one_line(error)
-        if said != self.last_error:
+        delay = float(min(self.retry * 2 ** min(self.failures - 1, 30), self.max_retry))
+        api = describe_error(error)
+        if said != self.last_error and api is not None:
+            # the API server unreachable or refusing (a restart, a network blip): expected, and a
+            # traceback would only say where the request was made; one line, and when it is retried
+            self.log.warning("%s failed: %s; retrying in %g s", self.what, api, delay)
+            self.last_error = said
+        elif said != self.last_error:
             self.log.error("%s failed: %s", self.what, said, exc_info=error)
             self.last_error = said
         else:
             self.log.debug("%s failed again: %s", self.what, said)
         if self.on_failure is not None:
             self.on_failure()
-        return float(min(self.retry * 2 ** min(self.failures - 1, 30), self.max_retry))
+        return delay
 
     async def _sleep(self, wait: float, stopped: StopFlag | None, woken: bool = True) -> None:
         """Until woken (unless `woken` is false), stopped or `wait` seconds passed."""

@@ -96,3 +96,35 @@ def test_a_poke_after_a_quick_pass_is_acted_on_well_before_the_spacing() -> None
 
     asyncio.run(main())
     assert len(starts) == 2 and starts[1] - starts[0] < 0.3  # not the 1 s spacing
+
+
+def test_an_unreachable_api_server_is_one_warning_line_without_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Seed 105: the API server restarted mid-pass and the pass's failure was logged with an httpx
+    traceback, which the campaign counts as a violation; an API error is expected and gets one line."""
+    import httpx
+
+    calls: list[int] = []
+
+    async def main() -> None:
+        stop = Flag()
+
+        async def one_pass() -> float:
+            calls.append(1)
+            if len(calls) == 1:
+                raise httpx.ConnectError("All connection attempts failed")
+            if len(calls) == 2:
+                raise RuntimeError("a bug")
+            stop.event.set()
+            return 60.0
+
+        await WakeLoop(one_pass, what="x: pass", log=log, retry=0.01, spacing=0.0).run(stop)
+
+    with caplog.at_level(logging.DEBUG, logger="test.wakeloop"):
+        asyncio.run(main())
+    api = [r for r in caplog.records if "unreachable" in r.getMessage()]
+    assert len(api) == 1 and api[0].levelno == logging.WARNING and api[0].exc_info is None
+    assert "retrying in 0.01 s" in api[0].getMessage()
+    bug = [r for r in caplog.records if "a bug" in r.getMessage()]
+    assert len(bug) == 1 and bug[0].levelno == logging.ERROR and bug[0].exc_info is not None

@@ -108,12 +108,16 @@ class Observer:
         self._disruptions: list[inv.Disruption] = []
         self._lease_events: list[audit.AuditEvent] = []
         self._audit = audit.Cursor()
+        self._since = "1970-01-01T00:00:00Z"  # operator log lines before this are not read (start())
         # sro's writes are known by a replica's user agent, or by the operator's service account
         # (an operator image from before the user agent named its replica)
         self._operator_user = f"system:serviceaccount:{operator_ns}:sro-operator"
 
     # ---- the API --------------------------------------------------------------------------------
     def start(self) -> None:
+        # log lines from here on only: a previous container's traceback from before the campaign
+        # (an earlier run's) is not this run's
+        self._since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self._audit = audit.end_of(self.audit_log)  # from here on
         self._op_initial = {
             p.metadata.uid: sum(c.restartCount for c in ((p.status and p.status.containerStatuses) or []))
@@ -398,6 +402,7 @@ class Observer:
                 runs = [(False, "")] + ([(True, " (previous)")] if cs.get("restartCount") else [])
                 for previous, suffix in runs:
                     args = [_kubectl(), "logs", "-n", self.operator_ns, name, "-c", str(cs.get("name"))]
+                    args.append(f"--since-time={self._since}")
                     out = subprocess.run(
                         args + (["--previous"] if previous else []),
                         capture_output=True,

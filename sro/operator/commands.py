@@ -77,15 +77,13 @@ async def _run(namespace: str, image: str, metrics_port: int, health_port: int, 
         # a standby is healthy too: answer the liveness probe until kopf takes the port over
         standby = await _standby_health(health_port) if health_port else None
         try:
-            if not await _until_stopped(election.acquire(), stop):
-                log.warning("stopping: signalled while standing by")
-                await election.release()  # in case the lease came as the wait was cancelled
-                return 0
+            await _until_stopped(election.acquire(), stop)
         finally:
             if standby is not None:
                 standby.close()
                 await standby.wait_closed()
-        if stop.is_set():  # signalled as the lease came: hand it back at once
+        if stop.is_set():  # signalled while standing by, or as the lease came: hand back what we hold
+            log.warning("stopping: signalled while standing by")
             await election.release()
             return 0
     metrics.LEADER.set(1)

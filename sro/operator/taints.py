@@ -56,10 +56,7 @@ def taint_changes(
     startup = startup_taint(ctx.sr)
     present = [t for t in node.taints if taint_matches(t, startup["key"], None)]
     if ctx.spec.startup_taint and not validated:
-        exact = [
-            t for t in present if t.get("value") == startup["value"] and t.get("effect") == startup["effect"]
-        ]
-        if len(exact) != len(present) or not exact:
+        if [{k: t.get(k) for k in startup} for t in present] != [startup]:  # missing or edited
             if present:
                 remove.append((startup["key"], None))
             add.append(startup)

@@ -105,16 +105,15 @@ class WakeLoop:
         said = one_line(error)
         delay = float(min(self.retry * 2 ** min(self.failures - 1, 30), self.max_retry))
         api = describe_error(error)
-        if said != self.last_error and api is not None:
+        if said == self.last_error:
+            self.log.debug("%s failed again: %s", self.what, said)
+        elif api is not None:
             # the API server unreachable or refusing (a restart, a network blip): expected, and a
             # traceback would only say where the request was made; one line, and when it is retried
             self.log.warning("%s failed: %s; retrying in %g s", self.what, api, delay)
-            self.last_error = said
-        elif said != self.last_error:
-            self.log.error("%s failed: %s", self.what, said, exc_info=error)
-            self.last_error = said
         else:
-            self.log.debug("%s failed again: %s", self.what, said)
+            self.log.error("%s failed: %s", self.what, said, exc_info=error)
+        self.last_error = said
         if self.on_failure is not None:
             self.on_failure()
         return delay

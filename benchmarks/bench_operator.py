@@ -159,8 +159,7 @@ def _install(kubeconfig: Path, image: str) -> None:
 
 
 def _restart_operator(cluster: Any) -> None:
-    """A fresh operator pod: `sro install` leaves a Deployment whose spec did not change as it is,
-    and the image's tag stays the same when the code changes; the measured code must be running."""
+    """A fresh operator pod: its memory is measured from its start, not after an earlier run's work."""
     cluster.kubectl("-n", NAMESPACE, "rollout", "restart", "deployment/sro-operator")
     cluster.kubectl(
         "-n", NAMESPACE, "rollout", "status", "deployment/sro-operator", "--timeout=180s", timeout=200

@@ -27,12 +27,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sro import __version__
-from sro.api.names import IMAGE
+from sro.api.names import IMAGE, NAMESPACE
 from sro.console.progress import Progress
 from sro.devices.simulated_nvidia import DEFAULT_NATIVE_DIR
 from sro.local.layout import BUSYBOX_IMAGE, GLIBC_IMAGE, PAUSE_IMAGE, Layout
 from sro.local.native import build_simnvml, sources_digest
 from sro.local.ocilayout import ImageConfig, layer_from_files, write_archive
+from sro.local.stalepods import roll_stale
 
 if TYPE_CHECKING:
     from sro.local.cluster import LocalCluster
@@ -63,6 +64,16 @@ def image_digests(layout: Layout) -> dict[str, str]:
     out = _ctr(layout, "images", "ls")
     rows = [line.split() for line in out.stdout.splitlines()[1:] if line.strip()]
     return {row[0]: row[2] for row in rows if len(row) > 2}
+
+
+def image_id(layout: Layout, ref: str) -> str | None:
+    """The image ID (its config's digest) `ref` names in containerd — what a pod's status shows as
+    `imageID` — or None when containerd has no such image."""
+    manifest = image_digests(layout).get(ref)
+    if manifest is None:
+        return None
+    config = json.loads(_ctr(layout, "content", "get", manifest).stdout).get("config", {})
+    return config.get("digest")  # type: ignore[no-any-return]
 
 
 def _import(layout: Layout, archive: Path, ref: str) -> str:
@@ -283,7 +294,9 @@ def _simnvml_layer(layout: Layout, out: Path) -> Path:
 
 
 def ensure_sro_image(cluster: LocalCluster, progress: Progress = lambda _: None) -> str:
-    """Build (if the project changed) and import `localhost/sro:<version>`; returns its name."""
+    """Build (if the project changed) and import `localhost/sro:<version>`; returns its name. The
+    pods of an earlier install that run an older build of that tag are rolled onto it
+    (sro/local/stalepods.py): otherwise they would keep the old code after `sro install`."""
     layout = cluster.layout
     layout.image_cache.mkdir(parents=True, exist_ok=True)
     base = _base_layer(layout, progress)
@@ -305,4 +318,7 @@ def ensure_sro_image(cluster: LocalCluster, progress: Progress = lambda _: None)
             return write_archive(archive, IMAGE, [base, app, native], config)
 
     _ensure(layout, IMAGE, key, build, progress)
+    current = image_id(layout, IMAGE)
+    if current is not None:
+        roll_stale(cluster, IMAGE, current, NAMESPACE, progress)
     return IMAGE

@@ -95,14 +95,8 @@ def fleet(cluster: LocalCluster, sro_image: str) -> Iterator[Objects]:
     sim: Simulator | None = None
     t0 = time.monotonic()
     try:
-        there = cluster.kubectl("-n", NS, "get", "deployment", "sro-operator", check=False).returncode == 0
         out = sro(cluster, "install", "--image", sro_image, "--timeout", "240")
         assert out.returncode == 0, out.stdout + out.stderr
-        if there:  # left by an earlier run (a benchmark's): its pods may run an older image of that tag
-            cluster.kubectl("-n", NS, "rollout", "restart", "deployment/sro-operator")
-            cluster.kubectl(
-                "-n", NS, "rollout", "status", "deployment/sro-operator", "--timeout=180s", timeout=200
-            )
         figure(f"fleet: sro install: {time.monotonic() - t0:.1f} s")
         t1 = time.monotonic()
         sim = Simulator(cluster, log)

@@ -455,3 +455,37 @@ def test_upgrade_metrics_follow_the_counts_and_go_with_the_special_resource() ->
     assert (value(CORDONED), value(UPGRADE_REQUIRED), value(DONE)) == (0.0, 0.0, 3.0)
     metrics.forget("m")
     assert value(DONE) is None
+
+
+def _deleted_pod(*states: str) -> dict[str, Any]:
+    """A deleted pod's JSON with one container status per state (`running`/`terminated`)."""
+    return {
+        "metadata": {"name": "w", "namespace": "apps", "deletionTimestamp": STAMP},
+        "spec": {"nodeName": "a", "containers": [{"name": f"c{i}"} for i in range(len(states))]},
+        "status": {
+            "phase": "Running",
+            "initContainerStatuses": [{"name": "init", "state": {"terminated": {"exitCode": 0}}}],
+            "containerStatuses": [{"name": f"c{i}", "state": {s: {}}} for i, s in enumerate(states)],
+        },
+    }
+
+
+def test_a_deleted_pod_is_finished_once_every_container_stopped_not_when_its_object_goes() -> None:
+    assert workload_from_json(_deleted_pod("terminated", "terminated")).finished
+    assert not workload_from_json(_deleted_pod("terminated", "running")).finished
+    alive = _deleted_pod("terminated")
+    del alive["metadata"]["deletionTimestamp"]  # a crash-looping pod is not leaving
+    assert not workload_from_json(alive).finished
+    unreported = _deleted_pod()
+    unreported["status"] = {"phase": "Running"}  # deleted before the kubelet reported a container
+    assert not workload_from_json(unreported).finished
+
+
+def test_the_holder_scan_starts_while_a_stopped_evicted_pod_object_is_still_there() -> None:
+    n = node("a", record=rec(PODS_EVICTED))
+    left = workload("infer", deleting=True, stopped=True)
+    plan = run(sr(), facts(n, workloads=(left,)))
+    [pod] = plan.nodes["a"].create_pods
+    assert pod["metadata"]["labels"]["sro.dev/state"] == "upgrade-scan" and not plan.nodes["a"].evict
+    still = run(sr(), facts(n, workloads=(workload("infer", deleting=True),)))
+    assert not still.nodes["a"].create_pods and "evicting 1 pod" in still.nodes["a"].record.reason

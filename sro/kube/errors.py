@@ -37,11 +37,31 @@ def kind_missing(e: BaseException) -> bool:
     return True
 
 
+def refused_for_good(e: BaseException) -> bool:
+    """A refusal that asking again will not mend: the request itself was judged (invalid, forbidden,
+    denied by admission). Not a gone object (404), a timeout (408), a conflict (409: read again and
+    re-plan), throttling (429), a server's failure (5xx) or no answer at all."""
+    code = status_code(e)
+    return 400 <= code < 500 and code not in (404, 408, 409, 429)
+
+
 def refusal(e: BaseException) -> str:
     """`409 Conflict: the object has been modified` for a refusal, else the error's type and words."""
     if isinstance(e, ApiError):
         return f"{e.status.code} {e.status.reason or ''}: {e.status.message or ''}".strip()
+    if isinstance(e, httpx.HTTPStatusError):
+        resp = e.response
+        return f"{resp.status_code} {resp.reason_phrase}: {_status_message(resp)}".strip().rstrip(":")
     return f"{type(e).__name__}: {e}"
+
+
+def _status_message(resp: httpx.Response) -> str:
+    """The message of the Status object the API server answers a refusal with ("" when none)."""
+    try:
+        body = resp.json()
+    except (ValueError, httpx.ResponseNotRead):
+        return ""
+    return str(body.get("message") or "") if isinstance(body, dict) else ""
 
 
 def api_message(e: BaseException) -> str | None:
@@ -59,7 +79,7 @@ def describe_error(e: BaseException) -> str | None:
         status = e.status
         return f"the API server refused: {status.code} {status.reason or ''}: {status.message or ''}"
     if isinstance(e, httpx.HTTPStatusError):
-        return f"{e.request.url}: {e.response.status_code} {e.response.reason_phrase}"
+        return f"{e.request.url}: {refusal(e)}"
     if isinstance(e, httpx.HTTPError):
         try:
             url = e.request.url

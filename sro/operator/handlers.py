@@ -147,6 +147,8 @@ class Operator:
         if failures:
             metrics.ERRORS.labels(name).inc()
             return 3.0
+        if self.io.refused_patches.get(name, {}) != observed.refused_patches:
+            return min(plan.requeue, 1.0)  # a refused patch went through: its Degraded goes now
         return plan.requeue
 
     def config_map_changed(self, name: str) -> None:

@@ -142,6 +142,9 @@ class Observed:
     # node -> recipe -> its device plugin's health report, decoded from the node's NodeFeature
     # (sro.devices.healthreport; read only for a SpecialResource with spec.remediation)
     health: Mapping[str, Mapping[str, HealthReport]] = field(default_factory=dict)
+    # node -> the API server's refusal of this SpecialResource's last patch of it (a 4xx no retry
+    # mends), as the previous pass met it: shown as Degraded until a patch goes through
+    refused_patches: Mapping[str, str] = field(default_factory=dict)
 
 
 def _time(value: Any) -> datetime | None:

@@ -158,7 +158,15 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
         )
     )
     state_modes = {s.name: ("enabled" if s in chain else "disabled") for s in STATES}
-    status = build_status(sr, [*rows, *refused_rows], state_modes, _counts(rows, chain), recipe.resource, now)
+    status = build_status(
+        sr,
+        [*rows, *refused_rows],
+        state_modes,
+        _counts(rows, chain),
+        recipe.resource,
+        now,
+        patches_refused={n: why for n, why in obs.refused_patches.items() if n in {r.name for r in rows}},
+    )
     if recipe.pools:  # a recipe with pools announces several resources: all of them, for sro status
         status["resources"] = list(recipe.announced_resources)
     if spec.partitioning.quotas:

@@ -119,6 +119,22 @@ def _refused(rows: Sequence[NodeRow], limit: int = 3) -> str:
     return ", ".join(f"{r.name} ({r.reason})" for r in rows[:limit]) + more
 
 
+def _degraded(failed: Sequence[NodeRow], patches_refused: Mapping[str, str]) -> tuple[bool, str, str]:
+    """Degraded's (status, reason, message): failing nodes, and nodes whose patch (labels, taints,
+    cordon) the API server refused — an admission webhook, RBAC, validation — so that the states
+    cannot move on there; the log alone would leave the status saying nothing of it."""
+    words = [f"{len(failed)} node(s) failing: {_summary(failed)}"] if failed else []
+    if patches_refused:
+        name, why = sorted(patches_refused.items())[0]
+        more = f" (and {len(patches_refused) - 1} more node(s))" if len(patches_refused) > 1 else ""
+        words.append(
+            f"the API server refused the patch of node {name}{more}: {why}; the operator tries again every pass"
+        )
+    if not words:
+        return False, "AsExpected", "no node is failing"
+    return True, "NodesFailing" if failed else "NodePatchRefused", "; ".join(words)
+
+
 def build_status(
     sr: SpecialResourceInfo,
     rows: Sequence[NodeRow],
@@ -127,8 +143,10 @@ def build_status(
     resource: str,
     now: datetime,
     problem: tuple[str, str] | None = None,
+    patches_refused: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The whole status object; `problem` (reason, message) means nothing could be deployed.
+    """The whole status object; `problem` (reason, message) means nothing could be deployed;
+    `patches_refused` (node -> the API server's words) are nodes whose patch it refused for good.
 
     Refused rows (nodes an older SpecialResource holds) are listed but not counted: the
     SpecialResource is Ready for its own nodes, and Degraded (their reason) only when every node it
@@ -171,14 +189,7 @@ def build_status(
                 _summary(waiting) if waiting else "every node is validated or failed",
                 now,
             ),
-            _condition(
-                previous,
-                "Degraded",
-                bool(failed),
-                "NodesFailing" if failed else "AsExpected",
-                f"{len(failed)} node(s) failing: {_summary(failed)}" if failed else "no node is failing",
-                now,
-            ),
+            _condition(previous, "Degraded", *_degraded(failed, patches_refused or {}), now),
         ]
     status: dict[str, Any] = without_empty(
         {

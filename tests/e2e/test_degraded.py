@@ -11,7 +11,8 @@ bad upgrade policy, quota on an unannounced resource — is applied through kube
 show `Degraded=True` with that reason and the field (or holder) named, `Ready` not `True`, within
 seconds, deploy no DaemonSet, and be logged once by the operator, not once per pass: the test
 wakes further passes (a spec change that leaves the refusal as it is) and counts them in the
-leader's metrics. A Ready SpecialResource patched into a bad spec turns Degraded the same way.
+leader's metrics. A Ready SpecialResource patched into a bad spec turns Degraded the same way, and
+so does one whose node patches the API server refuses (RBAC here; an admission webhook alike).
 """
 
 from __future__ import annotations
@@ -144,7 +145,8 @@ CASES = [
 HOLDER = "sro-e2e-a-holder"  # sorts before the later one: a creation in the same second still loses
 LATER = "sro-e2e-b-later"
 PATCHED = "sro-e2e-patched"
-MINE = [*(c.name for c in CASES), HOLDER, LATER, PATCHED]
+FORBIDDEN = "sro-e2e-node-patch-forbidden"
+MINE = [*(c.name for c in CASES), HOLDER, LATER, PATCHED, FORBIDDEN]
 
 
 def apply(cluster: LocalCluster, doc: Mapping[str, Any]) -> None:
@@ -302,3 +304,53 @@ def test_a_ready_special_resource_patched_into_a_bad_spec_turns_degraded(
     labels = get_json(cluster, "node", cluster.node_name)["metadata"].get("labels", {})
     assert validated_label(PATCHED) not in labels
     assert not [k for k in labels if any(k == f"sro.dev/{PATCHED}.{s}" for s in STATE_NAMES)]
+
+
+def test_a_node_patch_the_api_server_refuses_is_degraded_until_it_goes_through(
+    cluster: LocalCluster, installed: None
+) -> None:
+    """The operator's ClusterRole loses `patch` on nodes (as a cluster's policy might refuse it):
+    the SpecialResource cannot label its node, and its status says so — Degraded, NodePatchRefused,
+    the API server's words and the node — instead of a WARNING line in the log and a status that
+    says nothing. The role put back, the next pass goes through: Ready, Degraded False."""
+    role = get_json(cluster, "clusterrole", "sro-operator")
+    cut = [
+        {**rule, "verbs": [v for v in rule["verbs"] if v != "patch"]}
+        if rule.get("resources") == ["nodes"]
+        else rule
+        for rule in role["rules"]
+    ]
+    assert cut != role["rules"], role["rules"]
+    cluster.kubectl("patch", "clusterrole", "sro-operator", "--type=merge", "-p", json.dumps({"rules": cut}))
+    try:
+        apply(cluster, special_resource(FORBIDDEN, _on_this_node(cluster.node_name)))
+        took = wait_for(
+            f"{FORBIDDEN} Degraded",
+            lambda: degraded(cluster, FORBIDDEN),
+            DEGRADED_WITHIN,
+            every=0.25,
+            why=lambda: why(cluster, FORBIDDEN),
+        )
+        print(f"{FORBIDDEN}: Degraded after {took:.1f} s")
+        cond = condition(sr_doc(cluster, FORBIDDEN), "Degraded")
+        assert cond["reason"] == "NodePatchRefused", cond
+        assert f"node {cluster.node_name}" in cond["message"] and "403" in cond["message"], cond
+        assert "forbidden" in cond["message"], cond  # the API server's own words
+        assert condition(sr_doc(cluster, FORBIDDEN), "Ready").get("status") != "True"
+    finally:
+        cluster.kubectl(
+            "patch", "clusterrole", "sro-operator", "--type=merge", "-p", json.dumps({"rules": role["rules"]})
+        )
+    wait_for(
+        f"{FORBIDDEN} Ready once the role is back",
+        lambda: (
+            condition(sr_doc(cluster, FORBIDDEN), "Ready").get("status") == "True"
+            and not degraded(cluster, FORBIDDEN)
+        ),
+        DEGRADED_WITHIN,
+        why=lambda: why(cluster, FORBIDDEN),
+    )
+    delete_sr(cluster, FORBIDDEN)
+    assert validated_label(FORBIDDEN) not in get_json(cluster, "node", cluster.node_name)["metadata"].get(
+        "labels", {}
+    )

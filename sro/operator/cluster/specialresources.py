@@ -31,7 +31,7 @@ from sro.api.specialresource import SpecError
 from sro.api.specparsing import parse_spec
 from sro.api.yamltext import load_untrusted, yaml_error
 from sro.kube.client import AsyncApi
-from sro.kube.errors import Errors, describe_error, status_code
+from sro.kube.errors import Errors, describe_error, refusal, refused_for_good, status_code
 from sro.kube.eviction import Evictor, post_event
 from sro.kube.objects import ALL_NAMESPACES, AsyncObjects, Objects
 from sro.operator.cluster.cache import ClusterCache
@@ -93,6 +93,9 @@ class SpecialResourceIO:
         # whether this replica still holds the leader lease (`LeaderElection.held`), asked before
         # each batch of a plan's writes so that a replica past its renew deadline sends none
         self.held: Callable[[], bool] = lambda: True
+        # SpecialResource -> node -> the API server's refusal of the last patch of that node (a 4xx
+        # that no retry mends: admission, RBAC, validation); the next pass shows it as Degraded
+        self.refused_patches: dict[str, dict[str, str]] = {}
 
     # ---- reading ---------------------------------------------------------------------------
     async def get_sr(self, name: str) -> SpecialResourceInfo | None:
@@ -179,6 +182,7 @@ class SpecialResourceIO:
             workloads=tuple(w for found in workloads.result() for w in found),
             workload_nodes=tuple(upgrading),
             health=self.cache.health if remediating else {},
+            refused_patches=dict(self.refused_patches.get(sr.name, {})),
         )
 
     async def remains(self, sr: str) -> Remains:
@@ -396,9 +400,12 @@ class SpecialResourceIO:
                 body["spec"] = {**body.get("spec", {}), "taints": taints}
                 metadata["resourceVersion"] = node["metadata"]["resourceVersion"]
             await self.cache.patch_node(name, body)  # False: the node left; the next pass forgets it
+            self.refused_patches.get(sr, {}).pop(name, None)
             return True
         except Errors as e:
             log.warning("%s: could not patch node %s: %s", sr, name, describe_error(e) or e)
+            if refused_for_good(e):
+                self.refused_patches.setdefault(sr, {})[name] = refusal(e)[:240]
             return False
 
     async def patch_status(self, sr: SpecialResourceInfo, status: Mapping[str, Any]) -> bool:

@@ -35,6 +35,7 @@ class FakeIO:
         self.sr = sr
         self.writes = writes
         self.plans: list[Plan] = []
+        self.refused_patches: dict[str, dict[str, str]] = {}
         nodes: Any = type("W", (), {"listeners": []})()
         pods: Any = type("W", (), {"listeners": []})()
         self.cache = type("Cache", (), {"nodes": nodes, "pods": pods, "health_listeners": []})()

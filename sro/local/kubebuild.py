@@ -90,6 +90,24 @@ def _package_version(package: str) -> str:
 # Source fixes of our own, each (file, text, replacement, why); their tag is recorded per binary in
 # the manifest, so a cached binary built without a fix is rebuilt on its own.
 SOURCE_FIXES: dict[str, tuple[tuple[str, str, str, str], ...]] = {
+    "kubelet": (
+        (
+            # kubernetes#28748, fixed upstream in 1.22 (`crierror.IsNotFound`): a container that
+            # exits on SIGTERM is removed at once by the kubelet's own clean-up of a deleted pod
+            # (the PLEG's ContainerDied), so the stop still in flight gets NotFound from containerd,
+            # the pod's kill counts as failed and waits for the next full sync (up to a minute)
+            # before the pod object goes: every DaemonSet pod deleted, every namespace, every
+            # uninstall waited for it here and not on a real cluster
+            "pkg/kubelet/kuberuntime/kuberuntime_container.go",
+            "\terr := m.runtimeService.StopContainer(containerID.ID, gracePeriod)\n\tif err != nil {\n",
+            "\terr := m.runtimeService.StopContainer(containerID.ID, gracePeriod)\n"
+            '\tif err != nil && grpcstatus.Code(err).String() == "NotFound" {\n'
+            "\t\terr = nil // already removed once it exited: it is stopped\n"
+            "\t}\n"
+            "\tif err != nil {\n",
+            "a container already gone counts as stopped, as upstream kubelets since 1.22 take it",
+        ),
+    ),
     "kube-apiserver": (
         (
             # kubernetes#99804, fixed upstream in 1.21 by kube-openapi#230: built with Go >= 1.16,

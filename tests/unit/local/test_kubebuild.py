@@ -186,7 +186,7 @@ def test_source_fixes_apply_to_the_source_or_refuse_a_changed_one(tmp_path: Path
         path = tmp_path / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"func f() {{\n{old}\n}}\n")
-    assert kubebuild.apply_source_fixes(tmp_path, ("kubelet",)) == []
+    assert kubebuild.apply_source_fixes(tmp_path, ("kube-proxy",)) == []
     assert len(kubebuild.apply_source_fixes(tmp_path, ("kubemark",))) == len(
         kubebuild.SOURCE_FIXES["kubemark"]
     )
@@ -208,7 +208,22 @@ def test_the_apiserver_takes_zero_values_for_values_not_null(tmp_path: Path) -> 
     assert len(kubebuild.apply_source_fixes(tmp_path, ("kube-apiserver",))) == 1
     fixed = path.read_text()
     assert "\tif data == nil {\n" in fixed and "reflect.Zero" not in fixed
-    assert kubebuild.fix_tag("kube-apiserver") and kubebuild.fix_tag("kubelet") == ""
+    assert kubebuild.fix_tag("kube-apiserver") and kubebuild.fix_tag("kube-proxy") == ""
+
+
+def test_the_kubelet_takes_a_container_already_removed_as_stopped(tmp_path: Path) -> None:
+    # killContainer's lines as Debian's 1.20 source has them (kubernetes#28748, fixed in 1.22)
+    (rel, old, _new, _why) = kubebuild.SOURCE_FIXES["kubelet"][0]
+    assert rel == "pkg/kubelet/kuberuntime/kuberuntime_container.go"
+    path = tmp_path / rel
+    path.parent.mkdir(parents=True)
+    path.write_text(
+        f"func (m *kubeGenericRuntimeManager) killContainer() error {{\n{old}\t\treturn err\n\t}}\n}}\n"
+    )
+    assert len(kubebuild.apply_source_fixes(tmp_path, ("kubelet",))) == 1
+    fixed = path.read_text()
+    assert 'grpcstatus.Code(err).String() == "NotFound"' in fixed and fixed.count("if err != nil {") == 1
+    assert kubebuild.fix_tag("kubelet")
 
 
 def test_whether_the_cache_carries_the_current_fixes_is_read_from_the_manifest(tmp_path: Path) -> None:

@@ -97,7 +97,7 @@ SOURCE_FIXES: dict[str, tuple[tuple[str, str, str, str], ...]] = {
             # (the PLEG's ContainerDied), so the stop still in flight gets NotFound from containerd,
             # the pod's kill counts as failed and waits for the next full sync (up to a minute)
             # before the pod object goes: every DaemonSet pod deleted, every namespace, every
-            # uninstall waited for it here and not on a real cluster
+            # uninstall waited for it here, where a current kubelet does not
             "pkg/kubelet/kuberuntime/kuberuntime_container.go",
             "\terr := m.runtimeService.StopContainer(containerID.ID, gracePeriod)\n\tif err != nil {\n",
             "\terr := m.runtimeService.StopContainer(containerID.ID, gracePeriod)\n"

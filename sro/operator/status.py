@@ -10,7 +10,7 @@ conditions do.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -119,20 +119,30 @@ def _refused(rows: Sequence[NodeRow], limit: int = 3) -> str:
     return ", ".join(f"{r.name} ({r.reason})" for r in rows[:limit]) + more
 
 
-def _degraded(failed: Sequence[NodeRow], patches_refused: Mapping[str, str]) -> tuple[bool, str, str]:
-    """Degraded's (status, reason, message): failing nodes, and nodes whose patch (labels, taints,
-    cordon) the API server refused — an admission webhook, RBAC, validation — so that the states
-    cannot move on there; the log alone would leave the status saying nothing of it."""
-    words = [f"{len(failed)} node(s) failing: {_summary(failed)}"] if failed else []
-    if patches_refused:
-        name, why = sorted(patches_refused.items())[0]
-        more = f" (and {len(patches_refused) - 1} more node(s))" if len(patches_refused) > 1 else ""
-        words.append(
-            f"the API server refused the patch of node {name}{more}: {why}; the operator tries again every pass"
-        )
-    if not words:
+PATCH_REFUSED = "NodePatchRefused"
+
+
+def _patch_refused(row: NodeRow, why: str) -> NodeRow:
+    """The row of a node whose patch (labels, taints, cordon) the API server refused for good — an
+    admission webhook, RBAC, validation: failing, never validated (its labels, which workloads
+    select on, are not what the states say), with the API server's words."""
+    return replace(
+        row,
+        validated=False,
+        failed=True,
+        failing="node patch",
+        reason=PATCH_REFUSED,
+        message=f"{why}; the operator tries again every pass",
+    )
+
+
+def _degraded(failed: Sequence[NodeRow]) -> tuple[bool, str, str]:
+    """Degraded's (status, reason, message): NodePatchRefused when every failing node is one whose
+    patch was refused, NodesFailing otherwise."""
+    if not failed:
         return False, "AsExpected", "no node is failing"
-    return True, "NodesFailing" if failed else "NodePatchRefused", "; ".join(words)
+    reason = PATCH_REFUSED if all(r.reason == PATCH_REFUSED for r in failed) else "NodesFailing"
+    return True, reason, f"{len(failed)} node(s) failing: {_summary(failed)}"
 
 
 def build_status(
@@ -154,6 +164,8 @@ def build_status(
     previous = sr.status.get("conditions") or []
     refused = [r for r in rows if r.refused]
     rows = [r for r in rows if not r.refused]
+    if patches_refused:
+        rows = [_patch_refused(r, patches_refused[r.name]) if r.name in patches_refused else r for r in rows]
     if refused and not rows and problem is None:
         holders = sorted({r.message for r in refused})
         problem = (refused[0].reason, f"every selected node is refused: {'; '.join(holders)[:300]}")
@@ -189,7 +201,7 @@ def build_status(
                 _summary(waiting) if waiting else "every node is validated or failed",
                 now,
             ),
-            _condition(previous, "Degraded", *_degraded(failed, patches_refused or {}), now),
+            _condition(previous, "Degraded", *_degraded(failed), now),
         ]
     status: dict[str, Any] = without_empty(
         {

@@ -334,7 +334,7 @@ def test_a_node_patch_the_api_server_refuses_is_degraded_until_it_goes_through(
         print(f"{FORBIDDEN}: Degraded after {took:.1f} s")
         cond = condition(sr_doc(cluster, FORBIDDEN), "Degraded")
         assert cond["reason"] == "NodePatchRefused", cond
-        assert f"node {cluster.node_name}" in cond["message"] and "403" in cond["message"], cond
+        assert f"{cluster.node_name} at node patch" in cond["message"] and "403" in cond["message"], cond
         assert "forbidden" in cond["message"], cond  # the API server's own words
         assert condition(sr_doc(cluster, FORBIDDEN), "Ready").get("status") != "True"
     finally:

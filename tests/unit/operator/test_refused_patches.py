@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 
+from sro.api.specialresource import STATE_FIELDS
 from sro.kube.errors import refusal, refused_for_good
 from sro.operator.cluster.specialresources import SpecialResourceIO
 from sro.operator.plan import NodePatch
@@ -18,6 +19,7 @@ from sro.operator.reconcile import reconcile
 from tests.unit.operator.test_reconcile import NOW, NS, node, observed, sr
 
 SPEC = {"recipe": "simulated-gpu"}
+NOTHING = {f: {"enabled": False} for f in STATE_FIELDS.values()}  # validated once selected
 DENIED = 'admission webhook "labels.example.com" denied the request: node labels are frozen'
 
 
@@ -46,10 +48,24 @@ def test_a_refused_patch_is_degraded_naming_the_node_and_the_api_servers_words()
     obs = replace(
         observed([node("a"), node("b")], the_sr=sr(SPEC)), refused_patches={"b": f"400 Bad Request: {DENIED}"}
     )
-    cond = degraded(reconcile(obs, NS, NOW).status)
+    status = reconcile(obs, NS, NOW).status
+    cond = degraded(status)
     assert (cond["status"], cond["reason"]) == ("True", "NodePatchRefused")
-    assert "node b" in cond["message"] and "labels are frozen" in cond["message"]
-    assert "node a" not in cond["message"]
+    assert "b at node patch" in cond["message"] and "labels are frozen" in cond["message"]
+    assert "a at" not in cond["message"]
+    [row] = [r for r in status["nodes"] if r["name"] == "b"]  # not validated: its labels are not set
+    assert (row.get("state") != "validated", row["reason"]) == (True, "NodePatchRefused")
+    assert "labels are frozen" in row["message"]
+
+
+def test_a_validated_node_whose_patch_is_refused_does_not_make_it_ready() -> None:
+    validated = replace(
+        observed([node("a")], the_sr=sr({**SPEC, **NOTHING})), refused_patches={"a": "403 Forbidden"}
+    )
+    status = reconcile(validated, NS, NOW).status
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False" and status["validatedCount"] == 0
+    assert reconcile(replace(validated, refused_patches={}), NS, NOW).status["validatedCount"] == 1
 
 
 def test_a_refusal_of_a_node_no_longer_selected_is_forgotten_and_none_is_as_expected() -> None:

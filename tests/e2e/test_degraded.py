@@ -201,9 +201,8 @@ def why(cluster: LocalCluster, name: str) -> str:
     return f"{json.dumps(sr_doc(cluster, name).get('status', {}), indent=1)}\noperator:\n{tail}"
 
 
-def assert_refused(cluster: LocalCluster, name: str, reason: str, named: tuple[str, ...]) -> None:
-    """Degraded=True within seconds with `reason`, naming `named`; not Ready; no DaemonSet; and
-    logged once although further passes ran (each a spec change that leaves the refusal as it is)."""
+def assert_degraded(cluster: LocalCluster, name: str, reason: str, named: tuple[str, ...]) -> dict[str, Any]:
+    """Degraded=True within seconds with `reason`, naming `named`, and not Ready; the object."""
     took = wait_for(
         f"{name} Degraded",
         lambda: degraded(cluster, name),
@@ -219,6 +218,13 @@ def assert_refused(cluster: LocalCluster, name: str, reason: str, named: tuple[s
         assert text in cond["message"], (text, cond)
     assert condition(doc, "Ready").get("status") != "True", doc["status"]
     assert doc["status"].get("ready") != "True", doc["status"]
+    return doc
+
+
+def assert_refused(cluster: LocalCluster, name: str, reason: str, named: tuple[str, ...]) -> None:
+    """Degraded as `assert_degraded` says; no DaemonSet; and logged once although further passes ran
+    (each a spec change that leaves the refusal as it is)."""
+    cond = condition(assert_degraded(cluster, name, reason, named), "Degraded")
     assert not get_json(cluster, "daemonsets", "-n", NS, "-l", f"sro.dev/specialresource={name}")["items"]
     before = passes(cluster, name)
     for flip in (True, False, True):  # each a new generation: the operator runs a pass at once
@@ -324,19 +330,10 @@ def test_a_node_patch_the_api_server_refuses_is_degraded_until_it_goes_through(
     cluster.kubectl("patch", "clusterrole", "sro-operator", "--type=merge", "-p", json.dumps({"rules": cut}))
     try:
         apply(cluster, special_resource(FORBIDDEN, _on_this_node(cluster.node_name)))
-        took = wait_for(
-            f"{FORBIDDEN} Degraded",
-            lambda: degraded(cluster, FORBIDDEN),
-            DEGRADED_WITHIN,
-            every=0.25,
-            why=lambda: why(cluster, FORBIDDEN),
+        # the node and the API server's own words
+        assert_degraded(
+            cluster, FORBIDDEN, "NodePatchRefused", (f"{cluster.node_name} at node patch", "403", "forbidden")
         )
-        print(f"{FORBIDDEN}: Degraded after {took:.1f} s")
-        cond = condition(sr_doc(cluster, FORBIDDEN), "Degraded")
-        assert cond["reason"] == "NodePatchRefused", cond
-        assert f"{cluster.node_name} at node patch" in cond["message"] and "403" in cond["message"], cond
-        assert "forbidden" in cond["message"], cond  # the API server's own words
-        assert condition(sr_doc(cluster, FORBIDDEN), "Ready").get("status") != "True"
     finally:
         cluster.kubectl(
             "patch", "clusterrole", "sro-operator", "--type=merge", "-p", json.dumps({"rules": role["rules"]})

@@ -242,6 +242,7 @@ def build_registry(op: Operator) -> kopf.OperatorRegistry:
         remediation_metrics.forget(name)
         op.nodes.forget(name)
         op.config_maps.pop(name, None)
+        op.io.refused_patches.pop(name, None)  # a SpecialResource of this name applied again starts afresh
         log.info("%s: everything it created is gone", name)
 
     # The event handler is async so that kopf runs it in the event loop: asyncio.Event.set() is

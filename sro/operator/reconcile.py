@@ -165,7 +165,7 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
         _counts(rows, chain),
         recipe.resource,
         now,
-        patches_refused={n: why for n, why in obs.refused_patches.items() if n in {r.name for r in rows}},
+        patches_refused=obs.refused_patches,
     )
     if recipe.pools:  # a recipe with pools announces several resources: all of them, for sro status
         status["resources"] = list(recipe.announced_resources)

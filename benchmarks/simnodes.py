@@ -40,6 +40,7 @@ from typing import Any
 import httpx
 import yaml
 
+from benchmarks import http11
 from sro.api.names import STATE_LABEL
 from sro.local.hollowconfig import HollowConfig, default_config, parse_config
 
@@ -48,7 +49,8 @@ PREFIX = "sim"
 LEASE_NS = "kube-node-lease"
 LEASE_SECONDS = 40
 LEASE_RENEW = 10.0  # as a kubelet: a quarter of the lease; at 20 s a busy API server let leases lapse
-CONCURRENCY = 32  # requests in flight at once
+CONCURRENCY = 32  # connections for pods and nodes: requests in flight at once
+LEASE_CONNECTIONS = 8  # Leases have their own: they never wait behind a storm of pod updates
 FIELD_MANAGER = "sro-simnodes"
 
 
@@ -188,12 +190,11 @@ def _ready(status: dict[str, Any]) -> bool:
 
 
 class Simulator:
-    def __init__(self, client: httpx.AsyncClient, config: HollowConfig, count: int) -> None:
-        self.client = client
+    def __init__(self, api: Api, config: HollowConfig, count: int) -> None:
+        self.api = api
         self.config = config
         self.count = count
         self.names = {f"{PREFIX}-{i}": i for i in range(count)}
-        self.sem = asyncio.Semaphore(CONCURRENCY)
         self.handled: dict[str, str] = {}  # pod uid -> phase posted
         self.requests = 0
         self.pods_run = 0
@@ -202,7 +203,6 @@ class Simulator:
         self._tasks: set[asyncio.Task[None]] = set()
         self.recovered = 0
         self.reposted = 0
-        self.lease_gate = asyncio.Semaphore(8)  # leases never wait behind a storm of pod updates
 
     def spawn_task(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coro)
@@ -219,21 +219,16 @@ class Simulator:
         body: Any = None,
         ctype: str = "application/json",
         ok: tuple[int, ...] = (),
-        gate: asyncio.Semaphore | None = None,
-    ) -> httpx.Response | None:
-        async with gate or self.sem:
-            self.requests += 1
-            try:
-                resp = await self.client.request(
-                    method,
-                    path,
-                    content=None if body is None else json.dumps(body),
-                    headers={"Content-Type": ctype},
-                )
-            except httpx.HTTPError as e:
-                self.errors += 1
-                print(f"simnodes: {method} {path}: {e}", file=sys.stderr, flush=True)
-                return None
+        pool: http11.Pool | None = None,
+    ) -> http11.Response | None:
+        self.requests += 1
+        content = b"" if body is None else json.dumps(body).encode()
+        try:
+            resp = await (pool or self.api.pool).request(method, path, content, ctype)
+        except http11.Failure as e:
+            self.errors += 1
+            print(f"simnodes: {method} {path}: {e!r}", file=sys.stderr, flush=True)
+            return None
         if resp.status_code >= 400 and resp.status_code not in ok:
             self.errors += 1
             print(
@@ -278,7 +273,7 @@ class Simulator:
             "spec": {"renewTime": _micro(), "holderIdentity": name, "leaseDurationSeconds": LEASE_SECONDS}
         }
         path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NS}/leases/{name}"
-        await self.call("PATCH", path, body, "application/merge-patch+json", ok=(404,), gate=self.lease_gate)
+        await self.call("PATCH", path, body, "application/merge-patch+json", ok=(404,), pool=self.api.leases)
 
     async def renew_leases(self) -> None:
         """Each node's Lease every LEASE_RENEW seconds: a slice of the nodes each second, the slice's
@@ -392,12 +387,12 @@ class Simulator:
                     self.spawn(p)
             url = f"/api/v1/pods?watch=1&allowWatchBookmarks=true&resourceVersion={rv}&fieldSelector=spec.nodeName%21%3D&timeoutSeconds=240"
             try:
-                async with self.client.stream("GET", url, timeout=httpx.Timeout(10, read=300)) as resp:
+                async with self.api.watch.stream("GET", url, timeout=httpx.Timeout(10, read=300)) as stream:
                     self.requests += 1
-                    if resp.status_code != 200:
+                    if stream.status_code != 200:
                         rv = ""
                         continue
-                    async for line in resp.aiter_lines():
+                    async for line in stream.aiter_lines():
                         if not line:
                             continue
                         ev = json.loads(line)
@@ -424,26 +419,33 @@ class Simulator:
             )
 
 
-def client_from_kubeconfig(path: str) -> httpx.AsyncClient:
-    """An httpx client from a kubeconfig with a client certificate (the local cluster's admin)."""
-    doc = yaml.safe_load(Path(path).read_text())
-    ctx = next(c["context"] for c in doc["contexts"] if c["name"] == doc["current-context"])
-    cluster = next(c["cluster"] for c in doc["clusters"] if c["name"] == ctx["cluster"])
-    user = next(u["user"] for u in doc["users"] if u["name"] == ctx["user"])
-    tls = ssl.create_default_context(cafile=cluster["certificate-authority"])
-    tls.load_cert_chain(user["client-certificate"], user["client-key"])
-    return httpx.AsyncClient(
-        base_url=cluster["server"],
-        verify=tls,
-        headers={"User-Agent": "sro-simnodes", "Accept": "application/json"},
-        limits=httpx.Limits(max_connections=CONCURRENCY + 12, max_keepalive_connections=CONCURRENCY + 12),
-        timeout=httpx.Timeout(30),
-    )
+class Api:
+    """The API server as the simulator talks to it, with the kubeconfig's client certificate (the
+    local cluster's admin): `pool` for nodes and pods, `leases` apart, `watch` (httpx) for the
+    one long-lived pod watch."""
+
+    def __init__(self, kubeconfig: str) -> None:
+        doc = yaml.safe_load(Path(kubeconfig).read_text())
+        ctx = next(c["context"] for c in doc["contexts"] if c["name"] == doc["current-context"])
+        cluster = next(c["cluster"] for c in doc["clusters"] if c["name"] == ctx["cluster"])
+        user = next(u["user"] for u in doc["users"] if u["name"] == ctx["user"])
+        tls = ssl.create_default_context(cafile=cluster["certificate-authority"])
+        tls.load_cert_chain(user["client-certificate"], user["client-key"])
+        headers = {"User-Agent": "sro-simnodes", "Accept": "application/json"}
+        self.pool = http11.Pool(cluster["server"], tls, headers, CONCURRENCY)
+        self.leases = http11.Pool(cluster["server"], tls, headers, LEASE_CONNECTIONS)
+        self.watch = httpx.AsyncClient(base_url=cluster["server"], verify=tls, headers=headers)
+
+    async def aclose(self) -> None:
+        await self.pool.aclose()
+        await self.leases.aclose()
+        await self.watch.aclose()
 
 
 async def main(count: int, config: HollowConfig, kubeconfig: str) -> int:
-    async with client_from_kubeconfig(kubeconfig) as client:
-        sim = Simulator(client, config, count)
+    api = Api(kubeconfig)
+    try:
+        sim = Simulator(api, config, count)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, sim.stopping.set)
@@ -461,6 +463,8 @@ async def main(count: int, config: HollowConfig, kubeconfig: str) -> int:
                 await t
         await sim.delete_nodes()
         print(f"STOPPED pods={sim.pods_run} requests={sim.requests} errors={sim.errors}", flush=True)
+    finally:
+        await api.aclose()
     return 0
 
 

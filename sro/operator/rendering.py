@@ -17,6 +17,7 @@ the value in the parsed objects. So a newline, `: `, `#`, quotes, braces or `{{ 
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import re
 import secrets
@@ -83,6 +84,16 @@ class Context:
     custom: Mapping[str, str] = field(default_factory=dict)  # `<state>.<file>` -> template
     prometheus_operator: bool = False  # its CRDs exist: ServiceMonitor and PrometheusRule are rendered
     openshift: bool = False  # OpenShift: CRI-O nodes (the runtime state writes CRI-O's hooks.d too)
+    # what every node of one pass would compute again from this Context alone (see `memo`); a
+    # `replace`d Context starts empty
+    _memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def memo(self, key: Any, make: Callable[[], Any]) -> Any:
+        """`make()`, computed once per Context (a Context lives for one pass): at 1,000 nodes a
+        value each node's walk needs, such as the repr of the recipe, was most of a pass."""
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
 
     @property
     def simulated_driver(self) -> bool:
@@ -104,7 +115,7 @@ class Context:
 
     def node_object_name(self, state: str, node: str) -> str:
         """The name of a state's one pod for one node (a validation, the holder scan)."""
-        return self.object_name(state, f"{slug(node, 20)}-{short_hash(node, length=5)}")
+        return self.object_name(state, node_suffix(node))
 
     def overrides(self, state: str) -> dict[str, str]:
         prefix = f"{state}."
@@ -113,6 +124,27 @@ class Context:
 
 def short_hash(*parts: object, length: int = 8) -> str:
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:length]
+
+
+def hash_prefix(*fixed: object) -> Any:
+    """The sha256 state after the repr of `fixed` as the first items of a longer tuple, for
+    `short_hash_after`: the fixed items' repr is made once, not once per node."""
+    return hashlib.sha256(("(" + "".join(repr(x) + ", " for x in fixed)).encode())
+
+
+def short_hash_after(prefix: Any, last: object, length: int = 8) -> str:
+    """short_hash(*fixed, last) from `hash_prefix(*fixed)`: the same digest, so names and
+    annotations written before stay valid."""
+    h = prefix.copy()
+    h.update((repr(last) + ")").encode())
+    return str(h.hexdigest()[:length])
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def node_suffix(node: str) -> str:
+    """The part of a per-node object's name that names the node (a pure function of the name,
+    asked for every state of every node on every pass: cached)."""
+    return f"{slug(node, 20)}-{short_hash(node, length=5)}"
 
 
 def slug(value: str, length: int = 24) -> str:

@@ -36,7 +36,16 @@ from sro.api.openshift import CRIO_HOOKS_DIR
 from sro.api.recipes import SIMULATED_PERSONALITIES
 from sro.operator.cdiruntime import cdi_nodes
 from sro.operator.observed import NodeInfo, PodInfo
-from sro.operator.rendering import Context, Term, decorate, render_state, short_hash, slug
+from sro.operator.rendering import (
+    Context,
+    Term,
+    decorate,
+    hash_prefix,
+    render_state,
+    short_hash,
+    short_hash_after,
+    slug,
+)
 from sro.operator.upgrade.revision import driver_revision
 
 KERNEL_LABEL = NFD_PREFIX + "kernel-version.full"
@@ -283,10 +292,14 @@ class ValidationState(State):
     def inputs(self, ctx: Context, node: str, pods: Sequence[PodInfo]) -> str:
         """What the validation depends on: the spec and the pods of the earlier states on the node."""
         uids = sorted(p.uid for s in self.after for p in _pods_on(pods, node, s) if p.ready)
+        # = short_hash(check, image, recipe, state spec, cuda sample, uids), the node-independent
+        # part's repr made once per pass
+        fixed = ctx.memo(("validation inputs", self.name), lambda: hash_prefix(*self._fixed_inputs(ctx)))
+        return short_hash_after(fixed, uids, length=12)
+
+    def _fixed_inputs(self, ctx: Context) -> tuple[object, ...]:
         st = ctx.spec.state(self.name)
-        return short_hash(
-            self.check, ctx.state_image(self.name), ctx.recipe, st, ctx.spec.cuda_sample, uids, length=12
-        )
+        return (self.check, ctx.state_image(self.name), ctx.recipe, st, ctx.spec.cuda_sample)
 
     def pod(
         self, ctx: Context, node: str, inputs: str, capacity: Mapping[str, str] | None = None

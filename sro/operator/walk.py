@@ -99,11 +99,12 @@ def walk(
 
     ann_key = reached_annotation(sr)
     old = parse_reached(node.annotations.get(ann_key, ""))
-    reached = {SELECTED: old.get(SELECTED, stamp(now))}
+    now_text = stamp(now)
+    reached = {SELECTED: old.get(SELECTED, now_text)}
     for s in ready:
-        reached[s] = old.get(s, stamp(now))
+        reached[s] = old.get(s, now_text)
     if validated:
-        reached["validated"] = old.get("validated", stamp(now))
+        reached["validated"] = old.get("validated", now_text)
     annotations: dict[str, str | None] = {}
     if reached != old:
         annotations[ann_key] = format_reached(reached)
@@ -123,7 +124,7 @@ def walk(
         log=failing[1].log if failing else "",
         failed=failing[1].failed if failing else False,
         note="; ".join(notes),
-        since=since or stamp(now),
+        since=since or now_text,
         reached=reached,
     )
     patch = NodePatch(labels, annotations, add, remove) if (labels or annotations or add or remove) else None

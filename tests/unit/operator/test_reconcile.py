@@ -579,3 +579,27 @@ def test_a_special_resource_named_like_its_recipe_never_touches_the_recipes_labe
     assert set(plan.node_patches["a"].labels) == {driver_revision_label("simulated-gpu")}
     gone = reconcile(observed([node("b", opt_in=False, **{COUNT: "8"})], the_sr=mine), NS, NOW)
     assert "b" not in gone.node_patches
+
+
+def test_a_validation_pods_inputs_and_name_are_the_digests_written_before_the_per_pass_memo() -> None:
+    """The inputs annotation and a per-node pod's name are now computed with the node-independent
+    part made once per pass (Context.memo, rendering.node_suffix): they must stay the very digests
+    an older operator wrote, or an upgrade of sro would recreate every validation pod."""
+    from sro.operator.rendering import hash_prefix, short_hash, short_hash_after, slug
+
+    ctx = context()
+    pods = [ready_pod(s, "node-7", uid=f"uid-{s}") for s in (DRIVER, RUNTIME, DEVICE_PLUGIN)]
+    for state in (s for s in STATES if isinstance(s, ValidationState)):
+        st = ctx.spec.state(state.name)
+        uids = sorted(p.uid for p in pods if p.state in state.after)
+        old = short_hash(
+            state.check, ctx.state_image(state.name), ctx.recipe, st, ctx.spec.cuda_sample, uids, length=12
+        )
+        assert state.inputs(ctx, "node-7", pods) == old
+        assert state.inputs(ctx, "node-7", pods) == old  # the memo's second use
+        assert state.pod_name(ctx, "Node_7.example") == (
+            f"sro-{SR}-{state.name}-{slug('Node_7.example', 20)}-{short_hash('Node_7.example', length=5)}"
+        )
+    assert short_hash_after(hash_prefix("a", 1), ["x"], length=12) == short_hash("a", 1, ["x"], length=12)
+    # a replaced Context (another spec) never reuses the memo of the one it came from
+    assert replace(ctx, custom={"x": "y"})._memo == {}

@@ -167,7 +167,9 @@ def _restart_operator(cluster: Any) -> None:
 
 
 def _leader(client: Client) -> Any:
-    """The pod holding the operator's Lease (waits for one that exists and runs)."""
+    """The pod holding the operator's Lease (waits for one that exists, runs and is not being
+    deleted: after a restart the old leader's pod can stay Terminating, and its Lease held, for
+    a while — a first run timed then waited ~18 s for the new replica's election)."""
     found: list[Any] = []
 
     def check() -> bool:
@@ -178,6 +180,8 @@ def _leader(client: Client) -> Any:
         except ApiError:
             return False
         if pod is None or pod.status is None or pod.status.phase != "Running":
+            return False
+        if pod.metadata is not None and pod.metadata.deletionTimestamp is not None:
             return False
         found[:] = [pod]
         return True

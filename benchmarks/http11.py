@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-Failure = (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError)
+Failure = (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError)  # TimeoutError too
+TIMEOUT = 30.0  # seconds for connecting, and for a response once its request is written
 
 
 @dataclass(frozen=True)
@@ -87,9 +88,11 @@ class Pool:
             for attempt in (1, 2):  # a kept-alive connection the server closed meanwhile: once more
                 try:
                     if conn is None:
-                        conn = await asyncio.open_connection(self.host, self.port, ssl=self.tls)
+                        conn = await asyncio.wait_for(
+                            asyncio.open_connection(self.host, self.port, ssl=self.tls), TIMEOUT
+                        )
                     conn[1].write(raw)
-                    response, keep = await read_response(conn[0])
+                    response, keep = await asyncio.wait_for(read_response(conn[0]), TIMEOUT)
                 except Failure as e:
                     _close(conn)
                     conn = None

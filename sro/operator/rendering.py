@@ -128,7 +128,10 @@ def short_hash(*parts: object, length: int = 8) -> str:
 
 def hash_prefix(*fixed: object) -> Any:
     """The sha256 state after the repr of `fixed` as the first items of a longer tuple, for
-    `short_hash_after`: the fixed items' repr is made once, not once per node."""
+    `short_hash_after`: the fixed items' repr is made once, not once per node. At least one item:
+    only then is "(a, ..., last)" the tuple's repr (a 1-tuple's is "(last,)")."""
+    if not fixed:
+        raise ValueError("hash_prefix: at least one fixed item (use short_hash for a single one)")
     return hashlib.sha256(("(" + "".join(repr(x) + ", " for x in fixed)).encode())
 
 

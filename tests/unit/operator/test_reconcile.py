@@ -601,5 +601,7 @@ def test_a_validation_pods_inputs_and_name_are_the_digests_written_before_the_pe
             f"sro-{SR}-{state.name}-{slug('Node_7.example', 20)}-{short_hash('Node_7.example', length=5)}"
         )
     assert short_hash_after(hash_prefix("a", 1), ["x"], length=12) == short_hash("a", 1, ["x"], length=12)
+    with pytest.raises(ValueError):  # "(" + "x)" is not a 1-tuple's repr: refused, not a wrong digest
+        hash_prefix()
     # a replaced Context (another spec) never reuses the memo of the one it came from
     assert replace(ctx, custom={"x": "y"})._memo == {}

@@ -12,7 +12,6 @@ import logging
 import signal
 import threading
 from pathlib import Path
-from types import FrameType
 
 import click
 
@@ -20,6 +19,7 @@ from sro.console.options import load_recipe, recipe_options
 from sro.devices import open_backend
 from sro.devices.health import HealthTracker
 from sro.host import podresources
+from sro.node import signals
 from sro.node.deviceplugin import announcing
 from sro.node.deviceplugin.config import ConfigError
 from sro.node.deviceplugin.core import HealthBoard
@@ -147,13 +147,17 @@ def device_plugin(
         return
 
     stop = threading.Event()
+    plugin: Plugin | None = None
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %s: stopping", signum)
+    def on_stop() -> None:
+        log.info("stopping (SIGTERM or SIGINT)")
         stop.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    def on_hangup() -> None:
+        if plugin is not None:
+            plugin.request_restart()
+
+    signals.route({signal.SIGTERM: on_stop, signal.SIGINT: on_stop, signal.SIGHUP: on_hangup})
     # the driver may still be installing (a driver container starts next to us): wait for it
     last = ""
     while True:
@@ -186,7 +190,6 @@ def device_plugin(
         node_name=node_name,
         reporter=reporter,
     )
-    signal.signal(signal.SIGHUP, lambda signum, frame: plugin.request_restart())
     log.info(
         "sro device plugin: recipe %s (%s backend), kubelet dir %s", recipe.name, backend.name, plugin_dir
     )

@@ -18,7 +18,6 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from types import FrameType
 
 import click
 
@@ -29,6 +28,7 @@ from sro.devices.model import Backend, DeviceUUID
 from sro.devices.telemetry import Telemetry
 from sro.host import podresources
 from sro.host.podresources import Assignment
+from sro.node import signals
 from sro.node.exporter import nodefacts
 from sro.node.exporter.collecting import (
     CONFIG,
@@ -236,14 +236,12 @@ def _serve(
 ) -> None:
     stop = threading.Event()
 
-    def on_stop(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %s: stopping", signum)
+    def on_stop() -> None:
+        log.info("stopping (SIGTERM or SIGINT)")
         stop.set()
         collector.request()
 
-    signal.signal(signal.SIGTERM, on_stop)
-    signal.signal(signal.SIGINT, on_stop)
-    signal.signal(signal.SIGUSR1, lambda signum, frame: collector.request())
+    signals.route({signal.SIGTERM: on_stop, signal.SIGINT: on_stop, signal.SIGUSR1: collector.request})
     _mark_ready(ready_file, False)  # one a restarted container left in its pod's emptyDir
     collector.prime(PRIME_SECONDS)
     collector.collect()

@@ -31,6 +31,7 @@ from sro.api.names import NAMESPACE
 from sro.devices.healthreport import HealthReport
 from sro.host.reading import Problem, Recording
 from sro.host.root import HostRoot
+from sro.node import signals
 from sro.node.discovery.config import Config, parse_config, parse_duration
 from sro.node.discovery.custom import nfd_features
 from sro.node.discovery.features import SourceResult
@@ -371,8 +372,8 @@ def discover_command(
             return
         logging.getLogger("httpx").setLevel(logging.WARNING)  # one GET per pass is not news
         stop = threading.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
+        if not oneshot:  # a one-shot pass keeps the default signals: SIGTERM ends it
+            signals.route({signal.SIGTERM: stop.set, signal.SIGINT: stop.set})
         log.info(
             "discovering features of node %s every %s", node_name, sleep_interval or "core.sleepInterval"
         )

@@ -16,6 +16,7 @@ import json
 import os
 import queue
 import shutil
+import signal
 import stat
 import tempfile
 import threading
@@ -355,3 +356,15 @@ def test_a_corrupted_nvml_state_is_logged_once_and_the_plugin_keeps_serving(
     driverstate.write_atomic(driver.state_file, good)
     stream.until(healthy(u), "every GPU healthy once NVML answers again")
     stream.close()
+
+
+def test_sighup_registers_again_and_sigterm_still_stops(
+    sim: Callable[..., SimNvmlDriver], start: Callable[..., tuple[PluginProcess, FakeKubelet]]
+) -> None:
+    """SIGHUP rebuilds and re-registers (as NVIDIA's plugin does), through sro.node.signals' thread."""
+    plugin, kubelet = start(sim())
+    before = len(kubelet.requests)
+    plugin.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: len(kubelet.requests) > before, 30, "a registration after SIGHUP")
+    assert plugin.alive(), plugin.log()
+    assert plugin.stop() == 0, plugin.log()

@@ -251,6 +251,10 @@ def plan_node(node: NodeInfo, inputs: Inputs, rule_objects: Sequence[RuleObject]
     )
 
 
+def _has_record(node: NodeInfo) -> bool:
+    return RULES_OWNED_ANNOTATION in node.annotations
+
+
 def plan(
     nodes: Sequence[NodeInfo],
     node_features: Iterable[Mapping[str, Any]],
@@ -261,5 +265,10 @@ def plan(
     inputs = gather(node_features)
     objects = [parse_rule_object(d) for d in rule_docs]
     problems = [*inputs.problems, *(p for o in objects for p in o.problems)]
+    if not objects:
+        # No rule: only a node's NodeFeature labels, or what an earlier pass set there (its record),
+        # can change it. Every sro label patch wakes this step, and planning all 1,000 nodes of a
+        # cluster with no rules for each was a tenth of the operator's CPU while a fleet rolled out.
+        nodes = [n for n in nodes if n.name in inputs.labels or n.name in inputs.ours or _has_record(n)]
     changes = [plan_node(n, inputs, objects) for n in nodes]
     return changes, problems

@@ -260,3 +260,21 @@ def test_node_state_from_the_api_object() -> None:
         "cpu": "4",
         "example.com/x": "3",
     }
+
+
+def test_with_no_rule_only_nodes_with_nodefeature_labels_or_a_record_are_planned() -> None:
+    """The shortcut for a cluster without NodeFeatureRules (a pass per sro label patch, over every
+    node) leaves out exactly the nodes the full plan would not change."""
+    from sro.operator.nodefeaturerules import gather, plan_node
+
+    plain = node_from_json({"metadata": {"name": "plain", "labels": {"a": "b"}}, "spec": {"taints": []}})
+    recorded = node_from_json(
+        {"metadata": {"name": "n1", "labels": {"x.example/y": "1"},
+                      "annotations": {RULES_OWNED_ANNOTATION: json.dumps({"labels": ["x.example/y"]})}}}
+    )  # fmt: skip
+    asked = node_from_json({"metadata": {"name": "n2"}})
+    features = [nodefeature("nf2", node="n2", labels={"z.example/w": "2"})]
+    changes, _ = plan([plain, recorded, asked], features, [])
+    assert [c.name for c in changes] == ["n1", "n2"]
+    assert not plan_node(plain, gather(features), []).changed  # what was left out had nothing to do
+    assert changes[0].labels == {"x.example/y": None} and changes[1].labels == {"z.example/w": "2"}

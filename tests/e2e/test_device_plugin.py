@@ -102,7 +102,15 @@ def plugin(cluster: LocalCluster, sro_image: str, driver: dict[str, object]) -> 
         plugin_config=plugin_config(len(driver["devices"]) - 1),  # type: ignore[arg-type]
     )
     docs = [d for d in yaml.safe_load_all(manifests) if d and d["kind"] != "Namespace"]
-    namespace_existed = cluster.kubectl("get", "namespace", NS, check=False).returncode == 0
+
+    def phase() -> str:
+        out = cluster.kubectl("get", "namespace", NS, "-o", "jsonpath={.status.phase}", check=False)
+        return out.stdout.strip() if out.returncode == 0 else ""
+
+    # a module that ran before may have left the namespace Terminating (its teardown's wait timed
+    # out): what is applied into it now would be deleted with it, the plugin's pod under the tests
+    wait_for(f"namespace {NS} not Terminating", lambda: phase() != "Terminating", timeout=300)
+    namespace_existed = phase() != ""
     cluster.kubectl("apply", "-f", "-", input=manifests)
     count = len(driver["devices"]) - 1  # type: ignore[arg-type]  # the last one is shared
     try:

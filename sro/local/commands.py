@@ -136,7 +136,12 @@ def rules_server(config: Path, port: int) -> None:
 
 @local.command("prometheus-targets", hidden=True)
 @click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True)
-@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="The file_sd file to keep current (its directory is created).",
+)
 @click.option("--port", type=click.IntRange(1, 65535), default=Ports().prometheus_targets, show_default=True)
 def prometheus_targets(kubeconfig: Path, output: Path, port: int) -> None:
     """Keep the local Prometheus's file_sd targets current from the exporter Services' Endpoints
@@ -145,8 +150,12 @@ def prometheus_targets(kubeconfig: Path, output: Path, port: int) -> None:
 
     from sro.local.scrapetargets import watch
 
-    if not output.absolute().parent.is_dir():
-        raise click.BadParameter(f"{output}: its directory does not exist", param_hint="'--output'")
+    try:  # the cluster's first `up --prometheus` has no directory yet: the loop starts before Prometheus
+        output.absolute().parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise click.BadParameter(
+            f"{output}: cannot create its directory ({e.strerror})", param_hint="'--output'"
+        ) from e
     asyncio.run(watch(kubeconfig, output, port))
 
 

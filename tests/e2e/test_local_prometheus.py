@@ -48,10 +48,10 @@ EXPORTER = "app.kubernetes.io/name=sro-exporter"
 def local_prom(cluster: LocalCluster) -> Iterator[Prometheus]:
     """`sro local up --prometheus` on the shared cluster; afterwards as it was."""
     was = prometheus.wanted(cluster.layout)
-    out = sro(cluster, "local", "up", "--prometheus")
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "Prometheus at http://127.0.0.1:9090" in out.stderr
-    try:
+    try:  # restored even when the start fails: a remembered flag would start it at every later `up`
+        out = sro(cluster, "local", "up", "--prometheus")
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "Prometheus at http://127.0.0.1:9090" in out.stderr
         yield Prometheus(prometheus.url(cluster.layout), timeout=10)
     finally:
         if was != prometheus.wanted(cluster.layout):

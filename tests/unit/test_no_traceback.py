@@ -122,7 +122,7 @@ API_ARGS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("remediation", "retry"): ("node-1",),
     ("remediation", "status"): (),
     ("discover",): ("--host-root", HOST, "--publish", "--oneshot", "--node-name", "node-1"),
-    ("local", "prometheus-targets"): ("--output", "{case}/targets.json", "--port", "18998"),
+    ("local", "prometheus-targets"): ("--output", "{case}/new-dir/targets.json", "--port", "18998"),
 }
 # Daemons among them: with no API server they wait (and say so: this text), they do not exit.
 API_DAEMONS: dict[tuple[str, ...], str] = {("local", "prometheus-targets"): "connection attempts failed"}

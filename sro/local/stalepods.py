@@ -41,13 +41,31 @@ def stale_owners(pods: Iterable[dict[str, Any]], ref: str, image_id: str) -> lis
     return sorted(owners)
 
 
+def on_delete(daemonsets: Iterable[dict[str, Any]]) -> set[str]:
+    """`daemonset/NAME` of those whose pods are replaced only when deleted (the driver's: its upgrade
+    controller deletes them node by node); `rollout restart` would only make their pods out of date."""
+    return {
+        f"daemonset/{ds['metadata']['name']}"
+        for ds in daemonsets
+        if ds.get("spec", {}).get("updateStrategy", {}).get("type") == "OnDelete"
+    }
+
+
 def roll_stale(
     cluster: LocalCluster, ref: str, image_id: str, namespace: str, progress: Progress = lambda _: None
 ) -> list[str]:
-    """Restarts the owners of `namespace`'s stale pods of `ref` and waits for each rollout; returns them."""
-    out = cluster.kubectl("-n", namespace, "get", "pods", "-o", "json", check=False)
-    pods = json.loads(out.stdout).get("items", []) if out.returncode == 0 else []
-    owners = stale_owners(pods, ref, image_id)
+    """Restarts the owners of `namespace`'s stale pods of `ref` and waits for each rollout; returns them.
+    An OnDelete DaemonSet is left to whoever deletes its pods, and said so."""
+
+    def items(kind: str) -> list[dict[str, Any]]:
+        out = cluster.kubectl("-n", namespace, "get", kind, "-o", "json", check=False)
+        return json.loads(out.stdout).get("items", []) if out.returncode == 0 else []
+
+    owners = stale_owners(items("pods"), ref, image_id)
+    manual = on_delete(items("daemonsets")) if any(o.startswith("daemonset/") for o in owners) else set()
+    for owner in [o for o in owners if o in manual]:
+        progress(f"  {owner} runs an older build of {ref} and updates OnDelete: left as it is")
+    owners = [o for o in owners if o not in manual]
     for owner in owners:
         progress(f"  {owner} runs an older build of {ref}: restarting it")
         cluster.kubectl("-n", namespace, "rollout", "restart", owner)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sro.local.stalepods import stale_owners
+from sro.local.stalepods import on_delete, stale_owners
 
 REF = "localhost/sro:0.1.0"
 NEW = "sha256:new"
@@ -42,3 +42,16 @@ def test_pods_on_the_current_build_not_started_or_of_another_image_are_left_alon
 
 def test_a_replicaset_without_its_template_hash_is_not_guessed_at() -> None:
     assert stale_owners([pod("ReplicaSet", "sro-operator-584bdf5479", "sha256:old")], REF, NEW) == []
+
+
+def test_only_on_delete_daemonsets_are_named_as_left_to_their_owner() -> None:
+    def ds(name: str, strategy: str | None) -> dict[str, Any]:
+        return {
+            "metadata": {"name": name},
+            "spec": {"updateStrategy": {"type": strategy}} if strategy else {},
+        }
+
+    found = on_delete(
+        [ds("sro-gpu-driver-6-1", "OnDelete"), ds("sro-discovery", "RollingUpdate"), ds("x", None)]
+    )
+    assert found == {"daemonset/sro-gpu-driver-6-1"}

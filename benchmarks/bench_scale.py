@@ -452,6 +452,7 @@ def run() -> list[Figure]:
     for s in sizes:
         lat = list(s.latencies)
         goal = GOAL if s.nodes >= GOAL_NODES else None
+        target = f"<= {GOAL:g}x (one run each)" if goal else ""
         floor = s.gated / s.baseline if s.baseline else float("inf")
         why = ""
         if goal is not None and floor > goal:
@@ -467,7 +468,7 @@ def run() -> list[Figure]:
                 s.baseline,
                 "s",
                 f"{STAGES} plain DaemonSets Ready on the same nodes",
-                target=f"<= {GOAL:g}x (one run each)" if goal else "",
+                target=target,
                 goal=goal,
                 why=why,
             ),
@@ -477,7 +478,7 @@ def run() -> list[Figure]:
                 s.gated,
                 "s",
                 f"{STAGES} DaemonSets gated per node (benchmarks.gatedlabeller)",
-                target=f"<= {GOAL:g}x (one run each)" if goal else "",
+                target=target,
                 goal=goal,
             ),
             Figure(

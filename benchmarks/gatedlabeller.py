@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.simnodes import Api
+from benchmarks.simnodes import Api, watch_once
 
 GATE = "sro.dev/bench-gate-"  # + the stage's number: the label DaemonSet gated-<k+1> selects
 APP = "app"  # the pods' label naming their DaemonSet, gated-<k>
@@ -88,28 +88,20 @@ class Labeller:
         rv = ""
         while True:
             if not rv:
-                listed = await self.api.pool.request("GET", base)
-                doc = listed.json()
+                doc = (await self.api.pool.request("GET", base)).json()
                 rv = doc["metadata"]["resourceVersion"]
                 for pod in doc["items"]:
                     self.seen(pod)
-            url = f"{base}?watch=1&allowWatchBookmarks=true&resourceVersion={rv}&timeoutSeconds=240"
+                started.set()  # what comes after the list, the watch from its version sees
             try:
-                async with self.api.watch.stream("GET", url, timeout=httpx.Timeout(10, read=300)) as stream:
-                    started.set()
-                    async for line in stream.aiter_lines():
-                        if not line:
-                            continue
-                        ev = json.loads(line)
-                        if ev["type"] == "ERROR":
-                            rv = ""  # too old: list again
-                            break
-                        rv = ev["object"]["metadata"].get("resourceVersion", rv)
-                        if ev["type"] in ("ADDED", "MODIFIED"):
-                            self.seen(ev["object"])
+                rv = await watch_once(self.api, base, rv, self.event)
             except httpx.HTTPError as e:
                 print(f"gatedlabeller: pod watch: {e}", file=sys.stderr, flush=True)
                 await asyncio.sleep(1)
+
+    def event(self, kind: str, pod: dict[str, Any]) -> None:
+        if kind in ("ADDED", "MODIFIED"):
+            self.seen(pod)
 
 
 async def main(namespace: str, kubeconfig: str) -> int:

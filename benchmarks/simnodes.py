@@ -32,7 +32,7 @@ import signal
 import ssl
 import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -373,6 +373,12 @@ class Simulator:
             ok=(404, 409),
         )
 
+    def seen(self, kind: str, pod: dict[str, Any]) -> None:
+        if kind in ("ADDED", "MODIFIED"):
+            self.spawn(pod)
+        elif kind == "DELETED":
+            self.handled.pop(pod["metadata"]["uid"], None)
+
     async def watch_pods(self) -> None:
         rv = ""
         while not self.stopping.is_set():
@@ -385,25 +391,11 @@ class Simulator:
                 rv = doc["metadata"]["resourceVersion"]
                 for p in doc["items"]:
                     self.spawn(p)
-            url = f"/api/v1/pods?watch=1&allowWatchBookmarks=true&resourceVersion={rv}&fieldSelector=spec.nodeName%21%3D&timeoutSeconds=240"
             try:
-                async with self.api.watch.stream("GET", url, timeout=httpx.Timeout(10, read=300)) as stream:
-                    self.requests += 1
-                    if stream.status_code != 200:
-                        rv = ""
-                        continue
-                    async for line in stream.aiter_lines():
-                        if not line:
-                            continue
-                        ev = json.loads(line)
-                        if ev["type"] == "ERROR":
-                            rv = ""  # too old: list again
-                            break
-                        rv = ev["object"]["metadata"].get("resourceVersion", rv)
-                        if ev["type"] in ("ADDED", "MODIFIED"):
-                            self.spawn(ev["object"])
-                        elif ev["type"] == "DELETED":
-                            self.handled.pop(ev["object"]["metadata"]["uid"], None)
+                self.requests += 1
+                rv = await watch_once(
+                    self.api, "/api/v1/pods", rv, self.seen, "&fieldSelector=spec.nodeName%21%3D"
+                )
             except httpx.HTTPError as e:
                 print(f"simnodes: pod watch: {e}", file=sys.stderr, flush=True)
                 await asyncio.sleep(1)
@@ -417,6 +409,25 @@ class Simulator:
                 file=sys.stderr,
                 flush=True,
             )
+
+
+async def watch_once(
+    api: Api, path: str, rv: str, seen: Callable[[str, dict[str, Any]], None], query: str = ""
+) -> str:
+    """One watch of the collection at `path` from `rv`, until the server ends it: each event's type
+    and object go to `seen`. The resourceVersion to go on from, or "" to list again (too old)."""
+    url = f"{path}?watch=1&allowWatchBookmarks=true&resourceVersion={rv}&timeoutSeconds=240{query}"
+    async with api.watch.stream("GET", url, timeout=httpx.Timeout(10, read=300)) as stream:
+        if stream.status_code != 200:
+            return ""
+        async for line in stream.aiter_lines():
+            if line:
+                ev = json.loads(line)
+                if ev["type"] == "ERROR":
+                    return ""
+                rv = ev["object"]["metadata"].get("resourceVersion", rv)
+                seen(ev["type"], ev["object"])
+    return rv
 
 
 class Api:

@@ -78,7 +78,6 @@ class Operator:
         # edit of one wakes those passes at once (a fixed recipe recovers in a second, not a minute)
         self.config_maps: dict[str, frozenset[str]] = {}
         io.cache.nodes.listeners.append(self.nodes.waking(self.poke))
-        io.on_settled = self.settled_write
         io.cache.pods.listeners.append(self.pod_event)
         io.cache.health_listeners.append(self.poke)  # a device's health report changed on a node
 
@@ -90,16 +89,6 @@ class Operator:
 
     def event_for(self, name: str) -> asyncio.Event:
         return self.wake.setdefault(name, asyncio.Event())
-
-    def settled_write(self, sr: str, body: Mapping[str, Any]) -> None:
-        """`sr`'s pass wrote a node its next pass would leave as it is (Plan.settled): the NodeWatch
-        takes the written view now, so the watch event of that write wakes no pass of `sr` — at a
-        thousand nodes such a pass costs a second, and a change arriving behind it waits for it.
-        The other SpecialResources hear of the change now instead of at the event."""
-        if self.nodes.changed(body, deleted=False):
-            for other in self.wake:
-                if other != sr:
-                    self.poke(other)
 
     def poke(self, name: str | None = None) -> None:
         for sr, ev in self.wake.items():

@@ -7,9 +7,7 @@ a cluster that did not change for it. Each job says what it reads of a Node (a `
 anything else is ignored. Two views: what a SpecialResource's reconcile reads (`reconcile_view`: its
 labels under the watched prefixes or named by a selector, sro's annotations, taints, cordon, Ready —
 not the heartbeat times) and what the NodeFeatureRule step reads and writes (`rules_view`: labels,
-annotations, taints, capacity). A pass's own settled write (`Plan.settled`) is shown to the watch
-as it is written (`Operator.settled_write`), so its echo is no change either. Pure, so it is
-unit-tested on recorded events.
+annotations, taints, capacity). Pure, so it is unit-tested on recorded events.
 """
 
 from __future__ import annotations

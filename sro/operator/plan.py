@@ -79,7 +79,3 @@ class Plan:
     # held by an older SpecialResource (its nodes are released); the status says why
     deployable: bool = True
     label_keys: frozenset[str] = frozenset()  # node label keys this reconcile read (what wakes it)
-    # nodes whose patch is the walk's alone, with no upgrade or remediation under way: once it is
-    # written, a pass over the same pods plans nothing more for them, so the watch event of that
-    # write is no reason for another pass (tested as a fixed point in tests/unit/operator)
-    settled: frozenset[str] = frozenset()

@@ -95,7 +95,6 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
     stale_elsewhere = tuple(sorted(k for k in obs.owned_elsewhere if k not in wanted))
 
     patches: dict[str, NodePatch] = {}
-    walked: dict[str, NodePatch] = {}  # the walk's own patches (Plan.settled)
     create_pods: list[dict[str, Any]] = []
     delete_pods: list[str] = []
     rows: list[NodeRow] = []
@@ -108,7 +107,7 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
         row, patch, creates, deletes = walk(ctx, chain, node, by_node.get(node.name, []), now)
         rows.append(row)
         if patch is not None:
-            patches[node.name] = walked[node.name] = patch
+            patches[node.name] = patch
         create_pods.extend(creates)
         delete_pods.extend(deletes)
     evict: list[tuple[str, str]] = []
@@ -179,8 +178,6 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
     if remedy is not None:
         status["remediation"] = without_empty(dict(remedy.plan.summary))
         busy = busy or remedy.plan.busy
-    machines_busy = (upgrading is not None and upgrading.busy) or (remedy is not None and remedy.plan.busy)
-    settled = frozenset() if machines_busy else frozenset(n for n, p in patches.items() if walked.get(n) == p)
     return Plan(
         status=status,
         apply=(*objects, *shaping),
@@ -197,7 +194,6 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
         requeue=3.0 if busy else 30.0,
         deployable=not all_refused,
         label_keys=frozenset({*(k for t in terms for k in t), recipe.count_label}),
-        settled=settled,
     )
 
 

@@ -87,14 +87,14 @@ class ClusterCache:
             self.nodes.update(doc)
         return doc
 
-    async def patch_node(self, name: str, body: Mapping[str, Any]) -> dict[str, Any] | None:
+    async def patch_node(self, name: str, body: Mapping[str, Any]) -> bool:
         """A merge patch of a Node; the answer goes into the cache (the next pass reads what this one
-        wrote) and is returned. None when the node is gone; an HTTP error for any other refusal (409:
-        re-plan)."""
+        wrote). False when the node is gone; an HTTP error for any other refusal (409: re-plan)."""
         doc = await patch_node_json(self.http, name, body)
-        if doc is not None:
-            self.nodes.update(doc)
-        return doc
+        if doc is None:
+            return False
+        self.nodes.update(doc)
+        return True
 
     async def patch_node_condition(self, name: str, condition: Mapping[str, Any]) -> bool:
         """One condition of a Node's status, merged by type; the answer goes into the cache. False

@@ -96,8 +96,6 @@ class SpecialResourceIO:
         # SpecialResource -> node -> the API server's refusal of the last patch of that node (a 4xx
         # that no retry mends: admission, RBAC, validation); the next pass shows it as Degraded
         self.refused_patches: dict[str, dict[str, str]] = {}
-        # told (SpecialResource, the Node as written) of each settled patch (Plan.settled)
-        self.on_settled: Callable[[str, Mapping[str, Any]], None] | None = None
 
     # ---- reading ---------------------------------------------------------------------------
     async def get_sr(self, name: str) -> SpecialResourceInfo | None:
@@ -283,8 +281,7 @@ class SpecialResourceIO:
             [(f"pod {n} not deleted", partial(self._delete, "Pod", n)) for n in plan.delete_pods],
             [(f"pod {p['metadata']['name']} not created", partial(self._create_pod, sr.name, p))
              for p in plan.create_pods],
-            [(f"node {n}: labels and taints not changed",
-              partial(self.patch_node, sr.name, n, patch, n in plan.settled))
+            [(f"node {n}: labels and taints not changed", partial(self.patch_node, sr.name, n, patch))
              for n, patch in plan.node_patches.items()],
             [(f"node {n}: condition {c.get('type')} not set", partial(self.set_condition, sr.name, n, c))
              for n, c in plan.node_conditions.items()],
@@ -384,8 +381,7 @@ class SpecialResourceIO:
                 return False
         return True
 
-    async def patch_node(self, sr: str, name: str, patch: NodePatch, settled: bool = False) -> bool:
-        """Write a node's patch; a `settled` one (Plan.settled) goes to `on_settled` as written."""
+    async def patch_node(self, sr: str, name: str, patch: NodePatch) -> bool:
         metadata: dict[str, Any] = {}
         if patch.labels:
             metadata["labels"] = dict(patch.labels)
@@ -403,9 +399,7 @@ class SpecialResourceIO:
                 taints = taints_after((node.get("spec") or {}).get("taints") or [], patch)
                 body["spec"] = {**body.get("spec", {}), "taints": taints}
                 metadata["resourceVersion"] = node["metadata"]["resourceVersion"]
-            doc = await self.cache.patch_node(name, body)  # None: the node left; the next pass forgets it
-            if settled and doc is not None and self.on_settled is not None:
-                self.on_settled(sr, doc)
+            await self.cache.patch_node(name, body)  # False: the node left; the next pass forgets it
             self.refused_patches.get(sr, {}).pop(name, None)
             return True
         except Errors as e:

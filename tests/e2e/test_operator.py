@@ -349,9 +349,17 @@ def test_a_standby_replica_stops_on_sigterm(cluster: LocalCluster, ready: float)
     kernel ignores SIGTERM there, and the replica was SIGKILLed (137) at the end of its 30 s grace
     period in every uninstall and rollout. It now exits 0 on SIGTERM."""
     leader = get_json(cluster, "lease", "sro-operator", "-n", NS)["spec"]["holderIdentity"]
-    pods = get_json(cluster, "pods", "-n", NS, "-l", "app.kubernetes.io/name=sro-operator")["items"]
-    standby = [p["metadata"]["name"] for p in pods if p["metadata"]["name"] != leader]
-    assert len(standby) == 1, (leader, [p["metadata"]["name"] for p in pods])
+
+    def standbys() -> list[str]:
+        """The live replicas but the leader (a replica an earlier test killed may still be Terminating)."""
+        pods = get_json(cluster, "pods", "-n", NS, "-l", "app.kubernetes.io/name=sro-operator")["items"]
+        live = [p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")]
+        return [name for name in live if name != leader]
+
+    wait_for(
+        "one standby replica beside the leader", lambda: len(standbys()) == 1, 90, why=lambda: str(standbys())
+    )
+    standby = standbys()
     gone = watch_until_deleted(
         cluster,
         standby[0],

@@ -34,6 +34,9 @@ pytestmark = pytest.mark.root
 
 REPO = Path(__file__).resolve().parents[2]
 MULTIARCH = "/usr/lib/x86_64-linux-gnu"
+# A CUDA program on the host (absolute path) the `gpu` variant runs inside the container, through the
+# libcuda the hook mounted: set by scripts/gpu-check, which builds one with nvcc.
+CUDA_SAMPLE_ENV = "SRO_TEST_CUDA_SAMPLE"
 COMMAND = f"PYTHONDONTWRITEBYTECODE=1 {PYTHON} -m sro validate workload --recipe simulated-gpu"
 
 
@@ -140,6 +143,10 @@ def test_nvidia_gpu_workload(python_bundle: Bundle, nvml_target: NvmlTarget) -> 
         nodes = ["/dev/nvidia0", *BUILTIN["nvidia-gpu"].control_nodes]
         assert allow_as_the_kubelet_would(python_bundle, [dev_path(dev_root, n) for n in nodes])
     command = COMMAND.replace("simulated-gpu", "nvidia-gpu")
+    cuda_sample = os.environ.get(CUDA_SAMPLE_ENV, "") if not sim else ""
+    if cuda_sample:  # a CUDA program built on this GPU machine (scripts/gpu-check): run in the container
+        python_bundle.spec["mounts"].append(_bind(str(Path(cuda_sample).parent)))
+        command += f" --cuda-sample {cuda_sample}"
     res = python_bundle.run(command, env=["NVIDIA_VISIBLE_DEVICES=0"], timeout=300)
     out = res.stdout
     assert res.returncode == 0, out + res.stderr
@@ -149,3 +156,5 @@ def test_nvidia_gpu_workload(python_bundle: Bundle, nvml_target: NvmlTarget) -> 
     assert "PASS tool: `/usr/bin/nvidia-smi -L` lists the device: GPU 0" in out, out
     if sim:
         assert "SKIP cuda sample" in out, out
+    if cuda_sample:
+        assert f"PASS cuda sample: `{cuda_sample}` succeeded" in out, out

@@ -146,10 +146,10 @@ class Operator:
             remediation_metrics.forget(name)
         if failures:
             metrics.ERRORS.labels(name).inc()
-            return 3.0
         if self.io.refused_patches.get(name, {}) != observed.refused_patches:
-            return min(plan.requeue, 1.0)  # a refused patch went through: its Degraded goes now
-        return plan.requeue
+            # a patch refused, or one refused went through: the status says so now
+            return min(plan.requeue, 1.0)
+        return 3.0 if failures else plan.requeue
 
     def config_map_changed(self, name: str) -> None:
         for sr, names in self.config_maps.items():

@@ -7,11 +7,11 @@ below everything that makes or reads a plan.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sro.operator.status import NodeRow
+from sro.operator.status import PATCH_REFUSED, NodeRow
 
 if TYPE_CHECKING:  # the plan carries it for the metrics; plan.py stays below the machine
     from sro.operator.remediation.machine import RemediationPlan
@@ -79,3 +79,13 @@ class Plan:
     # held by an older SpecialResource (its nodes are released); the status says why
     deployable: bool = True
     label_keys: frozenset[str] = frozenset()  # node label keys this reconcile read (what wakes it)
+
+    def status_waits_for(self, unpatched: Iterable[str]) -> list[str]:
+        """The nodes among `unpatched` (their patch did not go through this pass) that keep this
+        plan's status from being written: it says what their patch was to write — a state ready, the
+        node validated, its startup taint gone, or a state no longer ready — and a status claiming
+        what the node does not show (Ready while the workloads' label is missing) is worse than one a
+        pass late. A node whose refusal the status already reports (NodePatchRefused) is not one:
+        that status is what must be written."""
+        reported = {r.get("name") for r in self.status.get("nodes") or () if r.get("reason") == PATCH_REFUSED}
+        return sorted(n for n in unpatched if n not in reported)

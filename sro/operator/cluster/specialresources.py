@@ -277,20 +277,26 @@ class SpecialResourceIO:
                 problems.append(f"{kind} {ns}/{name} not deleted")
             log.info("%s: deleted %s %s/%s", sr.name, kind, ns, name)
         # pods deleted, then pods created, then nodes patched: each batch CONCURRENCY at a time
+        node_patches: list[tuple[str, Callable[[], Coroutine[Any, Any, bool]]]] = [
+            (f"node {n}: labels and taints not changed", partial(self.patch_node, sr.name, n, patch))
+            for n, patch in plan.node_patches.items()
+        ]
         batches: list[list[tuple[str, Callable[[], Coroutine[Any, Any, bool]]]]] = [
             [(f"pod {n} not deleted", partial(self._delete, "Pod", n)) for n in plan.delete_pods],
             [(f"pod {p['metadata']['name']} not created", partial(self._create_pod, sr.name, p))
              for p in plan.create_pods],
-            [(f"node {n}: labels and taints not changed", partial(self.patch_node, sr.name, n, patch))
-             for n, patch in plan.node_patches.items()],
+            node_patches,
             [(f"node {n}: condition {c.get('type')} not set", partial(self.set_condition, sr.name, n, c))
              for n, c in plan.node_conditions.items()],
         ]  # fmt: skip
+        unpatched: list[str] = []  # nodes whose patch did not go through
         for batch in batches:
             if not self.held():
                 return [*problems, NOT_LEADING]
             oks = await _bounded([step() for _, step in batch])
             problems += [what for (what, _), ok in zip(batch, oks, strict=True) if not ok]
+            if batch is node_patches:
+                unpatched = [n for n, ok in zip(plan.node_patches, oks, strict=True) if not ok]
         if not self.held():
             return [*problems, NOT_LEADING]
         for namespace, pod_name in plan.evict:
@@ -314,7 +320,12 @@ class SpecialResourceIO:
                 ev.reason,
                 f"node {ev.node}: {ev.message}",
             )
-        if dict(plan.status) != dict(sr.status) and not await self.patch_status(sr, plan.status):
+        waits = plan.status_waits_for(unpatched)
+        if waits:  # written by the next pass, once those nodes show what it says
+            problems.append(
+                f"status not updated: the patch of node(s) {', '.join(waits[:3])} did not go through"
+            )
+        elif dict(plan.status) != dict(sr.status) and not await self.patch_status(sr, plan.status):
             problems.append("status not updated")
         return problems
 

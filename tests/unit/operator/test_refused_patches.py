@@ -104,3 +104,39 @@ def test_the_io_remembers_a_refusal_until_a_patch_of_that_node_goes_through() ->
     assert io.refused_patches == {"gpus": {"a": f"400 Bad Request: {DENIED}"}}
     assert asyncio.run(io.patch_node("gpus", "a", patch))
     assert io.refused_patches == {"gpus": {}}
+
+
+def test_a_status_that_says_what_an_unpatched_node_does_not_show_waits() -> None:
+    """A node validated by this pass whose patch (its validated label, its startup taint gone) did
+    not go through — a 409 on a stale resourceVersion, a 5xx — keeps the status from saying Ready
+    until a pass's patch of it does (CI saw Ready with the label missing); a node whose refusal
+    the status already reports does not."""
+    plan = reconcile(observed([node("a"), node("b")], the_sr=sr({**SPEC, **NOTHING})), NS, NOW)
+    assert plan.status["validatedCount"] == 2 and set(plan.node_patches) == {"a", "b"}
+    assert plan.status_waits_for([]) == []
+    assert plan.status_waits_for(["b", "a"]) == ["a", "b"]
+    refused = replace(
+        observed([node("a"), node("b")], the_sr=sr({**SPEC, **NOTHING})), refused_patches={"b": "403 Forbidden"}
+    )
+    assert reconcile(refused, NS, NOW).status_waits_for(["a", "b"]) == ["a"]
+    assert reconcile(refused, NS, NOW).status_waits_for(["b"]) == []
+
+
+def test_carry_out_writes_no_status_while_a_patch_it_depends_on_failed() -> None:
+    plan = reconcile(observed([node("a")], the_sr=sr({**SPEC, **NOTHING})), NS, NOW)
+    written: list[object] = []
+
+    def carry_out(*errors: Exception | None) -> list[str]:
+        io = io_with(Cache(*errors))
+        io.held, io._applied = (lambda: True), {}  # type: ignore[method-assign]
+
+        async def patch_status(_sr: object, status: object) -> bool:
+            written.append(status)
+            return True
+
+        io.patch_status = patch_status  # type: ignore[method-assign]
+        return asyncio.run(io.carry_out(sr({**SPEC, **NOTHING}), replace(plan, create_pods=()), ()))
+
+    problems = carry_out(http_error(409, "the object has been modified"))
+    assert written == [] and "status not updated: the patch of node(s) a did not go through" in problems
+    assert carry_out(None) == [] and written == [plan.status]

@@ -107,6 +107,31 @@ SOURCE_FIXES: dict[str, tuple[tuple[str, str, str, str], ...]] = {
             "\tif err != nil {\n",
             "a container already gone counts as stopped, as upstream kubelets since 1.22 take it",
         ),
+        (
+            # The same clean-up removes a deleted pod's containers before the pod's kill has stopped
+            # its sandbox, so the ContainerRemoved event that removes a stopped sandbox finds it still
+            # READY and leaves it to the container GC, once a minute; 1.20 keeps the pod object until
+            # its sandboxes are gone from the runtime: a DaemonSet pod deleted, and so every
+            # SpecialResource's teardown and every uninstall, waited 30-60 s for it here. Kubelets
+            # since 1.22 (the pod lifecycle rework) ask only that nothing of the pod runs; a stopped
+            # sandbox holds nothing (its network is torn down) and the GC still removes it
+            "pkg/kubelet/kubelet_pods.go",
+            "\t// pod's sandboxes should be deleted\n"
+            "\tif len(runtimeStatus.SandboxStatuses) > 0 {\n"
+            "\t\tvar sandboxStr string\n"
+            "\t\tfor _, sandbox := range runtimeStatus.SandboxStatuses {\n"
+            '\t\t\tsandboxStr += fmt.Sprintf("%+v ", *sandbox)\n'
+            "\t\t}\n",
+            "\t// pod's sandboxes should be stopped (sro: the GC removes them later)\n"
+            "\tvar sandboxStr string\n"
+            "\tfor _, sandbox := range runtimeStatus.SandboxStatuses {\n"
+            "\t\tif sandbox.State == runtimeapi.PodSandboxState_SANDBOX_READY {\n"
+            '\t\t\tsandboxStr += fmt.Sprintf("%+v ", *sandbox)\n'
+            "\t\t}\n"
+            "\t}\n"
+            '\tif sandboxStr != "" {\n',
+            "a deleted pod goes once its sandbox is stopped, not removed, as upstream kubelets since 1.22",
+        ),
     ),
     "kube-apiserver": (
         (

@@ -211,7 +211,9 @@ def test_the_apiserver_takes_zero_values_for_values_not_null(tmp_path: Path) -> 
     assert kubebuild.fix_tag("kube-apiserver") and kubebuild.fix_tag("kube-proxy") == ""
 
 
-def test_the_kubelet_takes_a_container_already_removed_as_stopped(tmp_path: Path) -> None:
+def test_the_kubelet_takes_a_removed_container_as_stopped_and_a_stopped_sandbox_as_reclaimed(
+    tmp_path: Path,
+) -> None:
     # killContainer's lines as Debian's 1.20 source has them (kubernetes#28748, fixed in 1.22)
     (rel, old, _new, _why) = kubebuild.SOURCE_FIXES["kubelet"][0]
     assert rel == "pkg/kubelet/kuberuntime/kuberuntime_container.go"
@@ -220,9 +222,21 @@ def test_the_kubelet_takes_a_container_already_removed_as_stopped(tmp_path: Path
     path.write_text(
         f"func (m *kubeGenericRuntimeManager) killContainer() error {{\n{old}\t\treturn err\n\t}}\n}}\n"
     )
-    assert len(kubebuild.apply_source_fixes(tmp_path, ("kubelet",))) == 1
+    # PodResourcesAreReclaimed's sandbox check, as the same source has it (a stopped sandbox is enough)
+    (rel2, old2, _new2, _why2) = kubebuild.SOURCE_FIXES["kubelet"][1]
+    assert rel2 == "pkg/kubelet/kubelet_pods.go"
+    pods = tmp_path / rel2
+    pods.write_text(
+        f"func (kl *Kubelet) PodResourcesAreReclaimed() bool {{\n{old2}\t\treturn false\n\t}}\n}}\n"
+    )
+    assert len(kubebuild.apply_source_fixes(tmp_path, ("kubelet",))) == 2
     fixed = path.read_text()
     assert 'grpcstatus.Code(err).String() == "NotFound"' in fixed and fixed.count("if err != nil {") == 1
+    reclaimed = pods.read_text()
+    assert (
+        "runtimeapi.PodSandboxState_SANDBOX_READY" in reclaimed
+        and "len(runtimeStatus.SandboxStatuses)" not in reclaimed
+    )
     assert kubebuild.fix_tag("kubelet")
 
 

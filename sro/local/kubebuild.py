@@ -132,6 +132,42 @@ SOURCE_FIXES: dict[str, tuple[tuple[str, str, str, str], ...]] = {
             '\tif sandboxStr != "" {\n',
             "a deleted pod goes once its sandbox is stopped, not removed, as upstream kubelets since 1.22",
         ),
+        (
+            # Its containers likewise: 1.20 keeps the pod object until they are removed, so the PLEG's
+            # clean-up removes a deleted pod's exited containers at once — before the status manager
+            # has their exit codes, and the pod's last status said "ContainerStatusUnknown ... 137"
+            # for a container that had exited 0. Since 1.22 an exited container is enough (the GC
+            # removes it later): the pod goes with its containers' real exit codes
+            "pkg/kubelet/kubelet_pods.go",
+            "\tif len(runtimeStatus.ContainerStatuses) > 0 {\n"
+            "\t\tvar statusStr string\n"
+            "\t\tfor _, status := range runtimeStatus.ContainerStatuses {\n"
+            '\t\t\tstatusStr += fmt.Sprintf("%+v ", *status)\n'
+            "\t\t}\n",
+            "\tvar statusStr string\n"
+            "\tfor _, status := range runtimeStatus.ContainerStatuses {\n"
+            "\t\tif status.State != kubecontainer.ContainerStateExited && "
+            "status.State != kubecontainer.ContainerStateCreated {\n"
+            '\t\t\tstatusStr += fmt.Sprintf("%+v ", *status)\n'
+            "\t\t}\n"
+            "\t}\n"
+            '\tif statusStr != "" {\n',
+            "a deleted pod goes once its containers have exited, not been removed, as since 1.22",
+        ),
+        (
+            # ... and that clean-up waits for the status the kubelet recorded (exit codes and all) to
+            # say nothing runs, instead of a status generated on the spot from the runtime's view
+            "pkg/kubelet/kubelet.go",
+            "\t\t\tapiPodStatus := kl.generateAPIPodStatus(syncedPod, podStatus)\n"
+            "\t\t\t// When an evicted or deleted pod has already synced, all containers can be removed.\n"
+            "\t\t\tremoveAll = eviction.PodIsEvicted(syncedPod.Status) || "
+            "(syncedPod.DeletionTimestamp != nil && notRunning(apiPodStatus.ContainerStatuses))\n",
+            "\t\t\tapiPodStatus, recorded := kl.statusManager.GetPodStatus(podID)\n"
+            "\t\t\t// sro: removed only once the recorded status has every container's end\n"
+            "\t\t\tremoveAll = eviction.PodIsEvicted(syncedPod.Status) || "
+            "(syncedPod.DeletionTimestamp != nil && recorded && notRunning(apiPodStatus.ContainerStatuses))\n",
+            "a deleted pod's containers are removed after their exit codes are recorded",
+        ),
     ),
     "kube-apiserver": (
         (

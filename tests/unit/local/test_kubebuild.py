@@ -211,32 +211,27 @@ def test_the_apiserver_takes_zero_values_for_values_not_null(tmp_path: Path) -> 
     assert kubebuild.fix_tag("kube-apiserver") and kubebuild.fix_tag("kube-proxy") == ""
 
 
-def test_the_kubelet_takes_a_removed_container_as_stopped_and_a_stopped_sandbox_as_reclaimed(
-    tmp_path: Path,
-) -> None:
-    # killContainer's lines as Debian's 1.20 source has them (kubernetes#28748, fixed in 1.22)
-    (rel, old, _new, _why) = kubebuild.SOURCE_FIXES["kubelet"][0]
-    assert rel == "pkg/kubelet/kuberuntime/kuberuntime_container.go"
-    path = tmp_path / rel
-    path.parent.mkdir(parents=True)
-    path.write_text(
-        f"func (m *kubeGenericRuntimeManager) killContainer() error {{\n{old}\t\treturn err\n\t}}\n}}\n"
-    )
-    # PodResourcesAreReclaimed's sandbox check, as the same source has it (a stopped sandbox is enough)
-    (rel2, old2, _new2, _why2) = kubebuild.SOURCE_FIXES["kubelet"][1]
-    assert rel2 == "pkg/kubelet/kubelet_pods.go"
-    pods = tmp_path / rel2
-    pods.write_text(
-        f"func (kl *Kubelet) PodResourcesAreReclaimed() bool {{\n{old2}\t\treturn false\n\t}}\n}}\n"
-    )
-    assert len(kubebuild.apply_source_fixes(tmp_path, ("kubelet",))) == 2
-    fixed = path.read_text()
-    assert 'grpcstatus.Code(err).String() == "NotFound"' in fixed and fixed.count("if err != nil {") == 1
-    reclaimed = pods.read_text()
-    assert (
-        "runtimeapi.PodSandboxState_SANDBOX_READY" in reclaimed
-        and "len(runtimeStatus.SandboxStatuses)" not in reclaimed
-    )
+def test_the_kubelet_fixes_apply_to_the_lines_as_debians_source_has_them(tmp_path: Path) -> None:
+    """Each kubelet fix's text, as Debian's 1.20 source has it, is replaced once: a container already
+    gone counts as stopped (kubernetes#28748), and a deleted pod goes once its containers have exited
+    and its sandbox is stopped, its containers removed only after their exit codes are recorded (the
+    pod lifecycle of 1.22)."""
+    fixes = kubebuild.SOURCE_FIXES["kubelet"]
+    by_file: dict[str, str] = {}
+    for rel, old, _new, _why in fixes:
+        by_file[rel] = by_file.get(rel, "func f() {\n") + old + "\t\treturn false\n\t}\n"
+    for rel, text in by_file.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text + "}\n")
+    assert len(kubebuild.apply_source_fixes(tmp_path, ("kubelet",))) == len(fixes) == 4
+    kill = (tmp_path / "pkg/kubelet/kuberuntime/kuberuntime_container.go").read_text()
+    assert 'grpcstatus.Code(err).String() == "NotFound"' in kill and kill.count("if err != nil {") == 1
+    reclaimed = (tmp_path / "pkg/kubelet/kubelet_pods.go").read_text()
+    assert "runtimeapi.PodSandboxState_SANDBOX_READY" in reclaimed
+    assert "status.State != kubecontainer.ContainerStateExited" in reclaimed
+    assert "len(runtimeStatus" not in reclaimed
+    cleanup = (tmp_path / "pkg/kubelet/kubelet.go").read_text()
+    assert "kl.statusManager.GetPodStatus(podID)" in cleanup and "generateAPIPodStatus" not in cleanup
     assert kubebuild.fix_tag("kubelet")
 
 

@@ -116,7 +116,8 @@ def test_a_status_that_says_what_an_unpatched_node_does_not_show_waits() -> None
     assert plan.status_waits_for([]) == []
     assert plan.status_waits_for(["b", "a"]) == ["a", "b"]
     refused = replace(
-        observed([node("a"), node("b")], the_sr=sr({**SPEC, **NOTHING})), refused_patches={"b": "403 Forbidden"}
+        observed([node("a"), node("b")], the_sr=sr({**SPEC, **NOTHING})),
+        refused_patches={"b": "403 Forbidden"},
     )
     assert reconcile(refused, NS, NOW).status_waits_for(["a", "b"]) == ["a"]
     assert reconcile(refused, NS, NOW).status_waits_for(["b"]) == []

@@ -236,6 +236,7 @@ def build_registry(op: Operator) -> kopf.OperatorRegistry:
         remains = await op.io.remains(name)
         problems = await op.io.carry_out(sr, teardown.plan(sr, remains), remains.owned)
         problems += await op.io.pods_gone(name)
+        problems += await op.io.rule_labels_gone(name)
         if problems:
             raise kopf.TemporaryError(f"cleanup not finished: {'; '.join(problems)}", delay=5)
         metrics.forget(name)

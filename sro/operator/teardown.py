@@ -12,11 +12,13 @@ Services, the Prometheus operator's kinds, pods), its partitioning objects elsew
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from sro.api.names import PREFIX
 from sro.api.recipes import BUILTIN
 from sro.devices.faultclasses import CONDITION
+from sro.nfd.ownership import RULES_OWNED_ANNOTATION, decode_owned
 from sro.operator.observed import NodeInfo, SpecialResourceInfo
 from sro.operator.plan import Plan
 from sro.operator.release import release
@@ -58,3 +60,19 @@ def plan(sr: SpecialResourceInfo, remains: Remains) -> Plan:
         node_patches={name: patch for name, patch in patches.items() if patch is not None},
         node_conditions=conditions,
     )
+
+
+def rule_labels_left(sr: str, nodes: Sequence[NodeInfo]) -> list[str]:
+    """The labels under `sro.dev/<sr>.` that the NodeFeatureRule step applied (its record on the node
+    says so) and a node still carries, as "node N: key, ...". The SpecialResource's rule went with
+    it and that step takes its labels back within a pass or two; the finalizer waits for them, so a
+    deletion that returns has left nothing. Only recorded labels: one an admin set by hand under
+    the prefix never holds a deletion up."""
+    prefix = f"{PREFIX}{sr}."
+    left = []
+    for node in nodes:
+        owned = decode_owned(node.annotations.get(RULES_OWNED_ANNOTATION))
+        keys = sorted(k for k in owned.labels if k.startswith(prefix) and k in node.labels)
+        if keys:
+            left.append(f"node {node.name}: {', '.join(keys)}")
+    return left

@@ -34,6 +34,7 @@ from sro.kube.client import AsyncApi
 from sro.kube.errors import Errors, describe_error, refusal, refused_for_good, status_code
 from sro.kube.eviction import Evictor, post_event
 from sro.kube.objects import ALL_NAMESPACES, AsyncObjects, Objects
+from sro.operator import teardown
 from sro.operator.cluster.cache import ClusterCache
 from sro.operator.observed import (
     NodeInfo,
@@ -428,6 +429,17 @@ class SpecialResourceIO:
         except Errors as e:
             log.warning("%s: could not update the status: %s", sr.name, e)
             return False
+
+    async def rule_labels_gone(self, sr: str, timeout: float = 30.0) -> list[str]:
+        """Wait until no node carries a label the NodeFeatureRule step applied for `sr`
+        (`teardown.rule_labels_left`); the problem when some still do after `timeout` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while left := teardown.rule_labels_left(sr, self.cache.node_infos()):
+            if loop.time() > deadline:
+                return [f"NodeFeatureRule labels still on {'; '.join(left[:3])}"]
+            await asyncio.sleep(0.5)
+        return []
 
     async def pods_gone(self, sr: str, timeout: float = 60.0) -> list[str]:
         """Wait until the SpecialResource's pods are gone (the driver unloads and the runtime files go

@@ -52,3 +52,22 @@ def test_the_resource_comes_from_the_status_else_the_builtin_recipe() -> None:
     assert resource_of(special_resource({"resource": "example.com/fpga"})) == "example.com/fpga"
     assert resource_of(special_resource()) == RES
     assert resource_of(special_resource(recipe="no-such-recipe")) is None
+
+
+def test_the_finalizer_waits_only_for_the_rule_labels_the_nodefeaturerule_step_recorded() -> None:
+    """A deletion that returns leaves nothing: the labels the SpecialResource's NodeFeatureRule made
+    (recorded on the node by that step) hold it until the step has taken them back; a label an
+    admin set under the same prefix, or one already gone, does not."""
+    from sro.nfd.ownership import RULES_OWNED_ANNOTATION, Owned
+    from sro.operator.teardown import rule_labels_left
+
+    record = Owned(labels=frozenset({"sro.dev/gpus.count", "sro.dev/gpus.family", "sro.dev/other.count"}))
+    carrying = NodeInfo(
+        "a",
+        labels={"sro.dev/gpus.count": "8", "sro.dev/gpus.mine": "x", "sro.dev/other.count": "1"},
+        annotations={RULES_OWNED_ANNOTATION: record.encode() or ""},
+    )
+    assert rule_labels_left("gpus", [carrying]) == ["node a: sro.dev/gpus.count"]
+    by_hand = NodeInfo("b", labels={"sro.dev/gpus.mine": "x"})
+    taken_back = NodeInfo("c", labels={}, annotations={RULES_OWNED_ANNOTATION: record.encode() or ""})
+    assert rule_labels_left("gpus", [by_hand, taken_back]) == []

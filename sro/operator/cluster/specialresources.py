@@ -433,26 +433,23 @@ class SpecialResourceIO:
     async def rule_labels_gone(self, sr: str, timeout: float = 30.0) -> list[str]:
         """Wait until no node carries a label the NodeFeatureRule step applied for `sr`
         (`teardown.rule_labels_left`); the problem when some still do after `timeout` seconds."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while left := teardown.rule_labels_left(sr, self.cache.node_infos()):
-            if loop.time() > deadline:
-                return [f"NodeFeatureRule labels still on {'; '.join(left[:3])}"]
-            await asyncio.sleep(0.5)
-        return []
+        left = await _while_left(lambda: teardown.rule_labels_left(sr, self.cache.node_infos()), timeout, 0.5)
+        return [f"NodeFeatureRule labels still on {'; '.join(left[:3])}"] if left else []
 
     async def pods_gone(self, sr: str, timeout: float = 60.0) -> list[str]:
         """Wait until the SpecialResource's pods are gone (the driver unloads and the runtime files go
         as the pods stop); the problem when some are still there after `timeout` seconds."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            left = sorted(p.name for p in self.cache.pods_of(sr))
-            if not left:
-                return []
-            if loop.time() > deadline:
-                return [f"pods still terminating: {', '.join(left)}"]
-            await asyncio.sleep(1)
+        left = await _while_left(lambda: sorted(p.name for p in self.cache.pods_of(sr)), timeout, 1.0)
+        return [f"pods still terminating: {', '.join(left)}"] if left else []
+
+
+async def _while_left(left: Callable[[], list[str]], timeout: float, interval: float) -> list[str]:
+    """Ask `left()` every `interval` seconds until it is empty or `timeout` has passed; what is left."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while (now := left()) and loop.time() <= deadline:
+        await asyncio.sleep(interval)
+    return now
 
 
 async def _bounded(steps: list[Coroutine[Any, Any, T]]) -> list[T]:

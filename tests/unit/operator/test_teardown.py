@@ -71,3 +71,15 @@ def test_the_finalizer_waits_only_for_the_rule_labels_the_nodefeaturerule_step_r
     by_hand = NodeInfo("b", labels={"sro.dev/gpus.mine": "x"})
     taken_back = NodeInfo("c", labels={}, annotations={RULES_OWNED_ANNOTATION: record.encode() or ""})
     assert rule_labels_left("gpus", [by_hand, taken_back]) == []
+
+
+def test_the_finalizers_waits_end_when_nothing_is_left_or_say_what_is_after_the_timeout() -> None:
+    import asyncio
+
+    from sro.operator.cluster.specialresources import _while_left
+
+    answers = [["pod a", "pod b"], ["pod b"], []]
+    assert asyncio.run(_while_left(lambda: answers.pop(0), 5.0, 0.01)) == [] and answers == []
+    assert asyncio.run(_while_left(lambda: ["node a: sro.dev/gpus.count"], 0.05, 0.01)) == [
+        "node a: sro.dev/gpus.count"
+    ]

@@ -39,7 +39,8 @@ import sys
 import tempfile
 import time
 import urllib.request
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,38 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+CONTROL_PLANE = ("kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler")
+
+
+class CpuMeter:
+    """CPU seconds of the control plane's processes (and others added by name) over one phase.
+
+    Why: on this machine every phase keeps both cores busy, so a phase's time is its work; where
+    that work goes (which process, against the baseline's) says what sro adds and what is the
+    control plane's own cost of a per-node order. Read `used()` before any of them is stopped."""
+
+    def __init__(self, layout: Any, **others: int) -> None:
+        from sro.local import supervisor
+
+        self.pids = {name: r.pid for name in CONTROL_PLANE if (r := supervisor.running(layout, name))}
+        self.pids.update(others)
+        self.start = {name: _cpu_seconds(pid) for name, pid in self.pids.items()}
+
+    def add(self, name: str, pid: int) -> None:
+        self.pids[name] = pid
+        self.start[name] = _cpu_seconds(pid)
+
+    def used(self) -> dict[str, float]:
+        return {name: _cpu_seconds(pid) - self.start[name] for name, pid in self.pids.items()}
+
+
+def _describe_cpu(used: dict[str, float]) -> str:
+    total = sum(used.values())
+    return f"{total:.0f} CPU-s: " + ", ".join(
+        f"{k} {v:.0f}" for k, v in sorted(used.items(), key=lambda kv: -kv[1])
+    )
+
+
 @dataclass
 class Size:
     nodes: int
@@ -102,6 +135,10 @@ class Size:
     sim_rss: float = 0.0
     sim_cpu: float = 0.0
     requests: float = 0.0  # the operator's API requests, apply -> validated
+    # CPU seconds by process over each phase: the plain DaemonSets, sro, the gated floor
+    cpu_plain: dict[str, float] = field(default_factory=dict)
+    cpu_sro: dict[str, float] = field(default_factory=dict)
+    cpu_gated: dict[str, float] = field(default_factory=dict)
     idle_rps: float = 0.0  # its API requests per second once every node is validated
 
 
@@ -159,8 +196,12 @@ def _plain_ds(k: int, image: str, gated: bool = False) -> Any:
     )
 
 
-def _baseline(client: Client, n: int, image: str, gated: bool = False) -> float:
+def _baseline(
+    client: Client, n: int, image: str, meter: Callable[[], CpuMeter], gated: bool = False
+) -> tuple[float, dict[str, float]]:
+    """Seconds until the six DaemonSets have all their pods Ready, and the CPU used meanwhile."""
     client.create(codecs.from_dict({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": FLOOR_NS}}))
+    cpu = meter()
     t0 = time.monotonic()
     for k in range(STAGES):
         client.create(_plain_ds(k, image, gated))
@@ -173,13 +214,15 @@ def _baseline(client: Client, n: int, image: str, gated: bool = False) -> float:
         )
 
     poll(f"{STAGES} {'gated' if gated else 'plain'} DaemonSets Ready on {n} nodes", all_ready, 1800)
-    took = time.monotonic() - t0
+    took, used = time.monotonic() - t0, cpu.used()
     _remove_floor(client)
-    return took
+    return took, used
 
 
-def _gated_floor(client: Client, n: int, image: str, kubeconfig: Path, workdir: Path) -> float:
-    """The six DaemonSets ordered per node by `benchmarks.gatedlabeller`: seconds to all Ready."""
+def _gated_floor(
+    client: Client, n: int, image: str, kubeconfig: Path, workdir: Path, meter: Callable[[], CpuMeter]
+) -> tuple[float, dict[str, float]]:
+    """The six DaemonSets ordered per node by `benchmarks.gatedlabeller`: seconds to all Ready, CPU."""
     log = (workdir / f"gatedlabeller-{n}.log").open("w")
     labeller = subprocess.Popen(
         [sys.executable, "-m", "benchmarks.gatedlabeller", "--namespace", FLOOR_NS],
@@ -193,7 +236,8 @@ def _gated_floor(client: Client, n: int, image: str, kubeconfig: Path, workdir: 
         assert labeller.stdout is not None
         if labeller.stdout.readline().strip() != "READY":
             raise RuntimeError(f"the gated labeller exited ({labeller.wait()}); see {log.name}")
-        return _baseline(client, n, image, gated=True)
+        with_labeller = lambda: _with(meter(), "labeller", labeller.pid)  # noqa: E731
+        return _baseline(client, n, image, with_labeller, gated=True)
     finally:
         stop(labeller, 30)
         log.close()
@@ -273,7 +317,14 @@ def _label_pool(client: Client, names: list[str], pool: str) -> None:
         client.patch(Node, name, {"metadata": {"labels": {POOL: pool}}}, patch_type=PatchType.MERGE)
 
 
-def _operator_run(client: Client, cluster: Any, n: int, image: str, workdir: Path, apiserver: int) -> Size:
+def _with(meter: CpuMeter, name: str, pid: int) -> CpuMeter:
+    meter.add(name, pid)
+    return meter
+
+
+def _operator_run(
+    client: Client, cluster: Any, n: int, image: str, workdir: Path, meter: Callable[[], CpuMeter]
+) -> Size:
     size = Size(n)
     sims = [f"sim-{i}" for i in range(n)]
     _label_pool(client, sims, "a")
@@ -286,7 +337,7 @@ def _operator_run(client: Client, cluster: Any, n: int, image: str, workdir: Pat
     try:
         time.sleep(5)
         size.rss_idle = rss_mib(op.pid)
-        cpu0, api0 = _cpu_seconds(op.pid), _cpu_seconds(apiserver)
+        cpu = _with(meter(), "operator", op.pid)
         requests0 = sum(_api_requests().values())
         client.create(codecs.from_dict(_special_resource()))
         peak = [size.rss_idle]
@@ -296,8 +347,8 @@ def _operator_run(client: Client, cluster: Any, n: int, image: str, workdir: Pat
             return int(_status(client).get("validatedCount") or 0) >= n - 1
 
         size.validated = poll(f"{n - 1} of {n} simulated nodes validated", validated, 3600, 2)
-        size.cpu = _cpu_seconds(op.pid) - cpu0
-        size.apiserver_cpu = _cpu_seconds(apiserver) - api0
+        size.cpu_sro = cpu.used()
+        size.cpu, size.apiserver_cpu = size.cpu_sro["operator"], size.cpu_sro.get("kube-apiserver", 0.0)
         size.passes, size.pass_mean, size.pass_p99 = _passes()
         by_kind = _api_requests()
         size.requests = sum(by_kind.values()) - requests0
@@ -378,14 +429,16 @@ def _measure(client: Client, cluster: Any, n: int, image: str, workdir: Path) ->
     sim = Simulated(n, cluster.kubeconfig, workdir)
     try:
         sim_cpu0 = _cpu_seconds(sim.proc.pid)
+        meter = lambda: CpuMeter(cluster.layout, simulator=sim.proc.pid)  # noqa: E731
         _progress(f"{n} nodes Ready; baseline: {STAGES} plain DaemonSets")
-        baseline = _baseline(client, n, image)
-        _progress(f"{n} nodes: baseline {baseline:.1f} s; the operator")
-        size = _operator_run(client, cluster, n, image, workdir, api.pid)
-        size.baseline = baseline
+        baseline, cpu_plain = _baseline(client, n, image, meter)
+        _progress(f"{n} nodes: baseline {baseline:.1f} s, {_describe_cpu(cpu_plain)}; the operator")
+        size = _operator_run(client, cluster, n, image, workdir, meter)
+        size.baseline, size.cpu_plain = baseline, cpu_plain
+        _progress(f"{n} nodes: sro {size.validated:.1f} s, {_describe_cpu(size.cpu_sro)}")
         _progress(f"{n} nodes: the gated floor ({STAGES} DaemonSets ordered per node by a bare labeller)")
-        size.gated = _gated_floor(client, n, image, cluster.kubeconfig, workdir)
-        _progress(f"{n} nodes: gated floor {size.gated:.1f} s")
+        size.gated, size.cpu_gated = _gated_floor(client, n, image, cluster.kubeconfig, workdir, meter)
+        _progress(f"{n} nodes: gated floor {size.gated:.1f} s, {_describe_cpu(size.cpu_gated)}")
         size.sim_rss = rss_mib(sim.proc.pid)
         size.sim_cpu = _cpu_seconds(sim.proc.pid) - sim_cpu0
     finally:
@@ -413,6 +466,22 @@ def _remove_leftovers(client: Client) -> None:
     for pod in client.list(Pod, namespace="*"):
         if pod.spec and pod.spec.nodeName in names and pod.metadata:
             client.delete(Pod, pod.metadata.name, namespace=pod.metadata.namespace, grace_period=0)
+
+
+def _cpu_table(s: Size) -> str:
+    """Each process's CPU seconds in the three phases: where the work of each goes."""
+    phases = (
+        ("plain", s.cpu_plain, s.baseline),
+        ("sro", s.cpu_sro, s.validated),
+        ("gated", s.cpu_gated, s.gated),
+    )
+    names = sorted({k for _, used, _ in phases for k in used}, key=lambda k: -s.cpu_sro.get(k, 0.0))
+    lines = [f"scale {s.nodes}: CPU seconds by process (the phase's wall time in brackets)"]
+    lines.append(f"  {'process':<24}" + "".join(f"{p} [{t:.0f} s]".rjust(16) for p, _, t in phases))
+    for name in [*names, "total"]:
+        cells = [sum(used.values()) if name == "total" else used.get(name) for _, used, _ in phases]
+        lines.append(f"  {name:<24}" + "".join(("-" if c is None else f"{c:.1f}").rjust(16) for c in cells))
+    return "\n".join(lines)
 
 
 def run() -> list[Figure]:
@@ -448,6 +517,8 @@ def run() -> list[Figure]:
         cluster.set_api_limits(before.qps, before.burst)
         cluster.ensure_up(_progress)
     print(f"API rate limits during the run: {limits.describe()}", flush=True)
+    for s in sizes:
+        print(_cpu_table(s), flush=True)
     figures = []
     for s in sizes:
         lat = list(s.latencies)

@@ -34,6 +34,7 @@ from sro.operator.plan import Plan
 from sro.operator.reconcile import reconcile
 from sro.operator.remediation import metrics as remediation_metrics
 from sro.operator.wakeloop import WakeLoop, one_line
+from sro.operator.walk import WalkMemo
 
 log = logging.getLogger("sro.operator")
 FINALIZER = f"{GROUP}/finalizer"
@@ -77,6 +78,8 @@ class Operator:
         # the ConfigMaps each SpecialResource's spec names (a custom recipe, custom manifests): an
         # edit of one wakes those passes at once (a fixed recipe recovers in a second, not a minute)
         self.config_maps: dict[str, frozenset[str]] = {}
+        # per SpecialResource, the walks of its steady nodes kept from its last pass (WalkMemo)
+        self.walks: dict[str, WalkMemo] = {}
         io.cache.nodes.listeners.append(self.nodes.waking(self.poke))
         io.cache.pods.listeners.append(self.pod_event)
         io.cache.health_listeners.append(self.poke)  # a device's health report changed on a node
@@ -122,7 +125,7 @@ class Operator:
             str(sr.spec[k]) for k in ("recipeConfigMap", "customManifests") if sr.spec.get(k)
         )
         observed = await self.io.observe(sr)
-        plan = reconcile(observed, self.io.namespace)
+        plan = reconcile(observed, self.io.namespace, memo=self.walks.setdefault(name, WalkMemo()))
         self.nodes.read_by(name, plan.label_keys)
         for line in describe(name, plan):
             log.info("%s: %s", name, line)
@@ -243,6 +246,7 @@ def build_registry(op: Operator) -> kopf.OperatorRegistry:
         remediation_metrics.forget(name)
         op.nodes.forget(name)
         op.config_maps.pop(name, None)
+        op.walks.pop(name, None)
         op.io.refused_patches.pop(name, None)  # a SpecialResource of this name applied again starts afresh
         log.info("%s: everything it created is gone", name)
 

@@ -40,13 +40,16 @@ from sro.operator.states import STATES, DriverState, State, ValidationState
 from sro.operator.status import NodeRow, build_status, without_empty
 from sro.operator.upgrade.adapter import as_patch, release_upgrade, upgrades, with_upgrade
 from sro.operator.upgrade.machine import UpgradePlan
-from sro.operator.walk import walk
+from sro.operator.walk import WalkMemo
 
 RECIPE_COMPONENT = "recipe"  # the component (and state) label of a custom recipe's ConfigMap
 
 
-def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Plan:
-    """The plan that brings the cluster to what `obs.sr` asks for, one step closer."""
+def reconcile(
+    obs: Observed, namespace: str, now: datetime | None = None, memo: WalkMemo | None = None
+) -> Plan:
+    """The plan that brings the cluster to what `obs.sr` asks for, one step closer (`memo`: the
+    walks of steady nodes kept from the last pass, the same plan with or without it)."""
     now = now or now_utc()
     sr = obs.sr
     admitted = admit(obs, namespace)
@@ -103,13 +106,16 @@ def reconcile(obs: Observed, namespace: str, now: datetime | None = None) -> Pla
     by_node: dict[str, list[PodInfo]] = {}
     for pod in obs.pods:
         by_node.setdefault(pod.node, []).append(pod)
+    walker = memo or WalkMemo()
+    walker.begin(ctx)
     for node in selected:
-        row, patch, creates, deletes = walk(ctx, chain, node, by_node.get(node.name, []), now)
+        row, patch, creates, deletes = walker.walk(ctx, chain, node, by_node.get(node.name, []), now)
         rows.append(row)
         if patch is not None:
             patches[node.name] = patch
         create_pods.extend(creates)
         delete_pods.extend(deletes)
+    walker.end()
     evict: list[tuple[str, str]] = []
     events: list[NodeEvent] = []
     pinned: frozenset[str] = frozenset()

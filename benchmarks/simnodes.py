@@ -40,8 +40,8 @@ from typing import Any
 import httpx
 import yaml
 
-from benchmarks import http11
 from sro.api.names import STATE_LABEL
+from sro.kube import http11
 from sro.local.hollowconfig import HollowConfig, default_config, parse_config
 
 SIM_LABEL = "sro.dev/simnode"

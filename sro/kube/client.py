@@ -28,6 +28,7 @@ from lightkube.core.exceptions import ConfigError
 from sro.api.names import FIELD_MANAGER
 from sro.api.yamltext import yaml_error
 from sro.kube.errors import HINT, one_line
+from sro.kube.http11 import Http11Transport
 
 IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 HttpClient = httpx.AsyncClient  # the bare client the reflectors and node patches take (`async_http`)
@@ -85,12 +86,41 @@ def sync_client(
     return client
 
 
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+
+
+def lean_transport(
+    kubeconfig: str | os.PathLike[str] | None = None, connections: int = 32
+) -> Http11Transport | None:
+    """A `sro.kube.http11` transport to the same API server, with the same TLS trust and client
+    certificate, for clients that send many small requests (the operator's); None where a proxy is
+    configured (that transport speaks to the server directly) or there is no current context. The
+    client over it still authenticates (tokens, exec plugins) as lightkube's would."""
+    if any(os.environ.get(v) for v in PROXY_VARIABLES):
+        return None
+    single = kube_config(kubeconfig).get()
+    if single is None or single.user is None:
+        return None
+    server = single.cluster.server
+    tls = (
+        adapter.verify_cluster(single.cluster, single.user, single.abs_file)
+        if server.startswith("https:")
+        else None
+    )
+    return Http11Transport(server, tls, connections)
+
+
 def async_client(
-    kubeconfig: str | os.PathLike[str] | None = None, timeout: float = 30, user_agent: str | None = None
+    kubeconfig: str | os.PathLike[str] | None = None,
+    timeout: float = 30,
+    user_agent: str | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> AsyncClient:
     config = kube_config(kubeconfig)
     try:
-        client = AsyncClient(config=config, field_manager=FIELD_MANAGER, timeout=httpx.Timeout(timeout))
+        client = AsyncClient(
+            config=config, field_manager=FIELD_MANAGER, timeout=httpx.Timeout(timeout), transport=transport
+        )
     except (ConfigError, OSError, ValueError) as e:
         raise KubeConfigError(f"kubeconfig {config.fname or 'in-cluster'}: {one_line(e)}; {HINT}") from e
     _identify(lightkube_http(client), user_agent)
@@ -98,7 +128,10 @@ def async_client(
 
 
 def async_http(
-    kubeconfig: str | os.PathLike[str] | None = None, timeout: float = 30, user_agent: str | None = None
+    kubeconfig: str | os.PathLike[str] | None = None,
+    timeout: float = 30,
+    user_agent: str | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> httpx.AsyncClient:
     """A bare HTTP client for the same API server and credentials as `async_client`: for the watches
     that keep the operator's cache (`sro.kube.reflector`), which read JSON without lightkube's models."""
@@ -107,7 +140,9 @@ def async_http(
         single = config.get()
         if single is None:
             raise ConfigError("no current context")
-        http = adapter.AsyncClient(single, adapter.ConnectionParams(timeout=httpx.Timeout(timeout)))
+        # (lightkube types it as a sync transport; its AsyncClient passes an async one the same way)
+        params = adapter.ConnectionParams(timeout=httpx.Timeout(timeout), transport=transport)  # type: ignore[arg-type]
+        http = adapter.AsyncClient(single, params)
     except (ConfigError, OSError, ValueError) as e:
         raise KubeConfigError(f"kubeconfig {config.fname or 'in-cluster'}: {one_line(e)}; {HINT}") from e
     _identify(http, user_agent)

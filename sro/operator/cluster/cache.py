@@ -39,8 +39,9 @@ def _pod_key(obj: Mapping[str, Any]) -> str:
 
 
 class ClusterCache:
-    def __init__(self, http: HttpClient, namespace: str) -> None:
-        self.http = http
+    def __init__(self, http: HttpClient, namespace: str, writes: HttpClient | None = None) -> None:
+        self.http = http  # the watches stream over it
+        self.writes = writes or http  # node reads and patches (the operator's: sro.kube.http11)
         self.nodes: Reflector[NodeInfo] = Reflector(http, "/api/v1/nodes", _name, node_from_json)
         self.pods: Reflector[PodInfo] = Reflector(
             http,
@@ -82,7 +83,7 @@ class ClusterCache:
 
     async def get_node(self, name: str) -> dict[str, Any] | None:
         """The Node as the API server has it now (None: gone), for a change that must not be stale."""
-        doc = await get_node_json(self.http, name)
+        doc = await get_node_json(self.writes, name)
         if doc is not None:
             self.nodes.update(doc)
         return doc
@@ -90,7 +91,7 @@ class ClusterCache:
     async def patch_node(self, name: str, body: Mapping[str, Any]) -> bool:
         """A merge patch of a Node; the answer goes into the cache (the next pass reads what this one
         wrote). False when the node is gone; an HTTP error for any other refusal (409: re-plan)."""
-        doc = await patch_node_json(self.http, name, body)
+        doc = await patch_node_json(self.writes, name, body)
         if doc is None:
             return False
         self.nodes.update(doc)
@@ -99,7 +100,7 @@ class ClusterCache:
     async def patch_node_condition(self, name: str, condition: Mapping[str, Any]) -> bool:
         """One condition of a Node's status, merged by type; the answer goes into the cache. False
         when the node is gone; an HTTP error for any other refusal."""
-        doc = await patch_node_conditions(self.http, name, [condition])
+        doc = await patch_node_conditions(self.writes, name, [condition])
         if doc is None:
             return False
         self.nodes.update(doc)

@@ -27,7 +27,7 @@ def _sr() -> SpecialResourceInfo:
     )
 
 
-def _broken_reconcile(obs: Observed, namespace: str) -> Plan:
+def _broken_reconcile(obs: Observed, namespace: str, **_: object) -> Plan:
     raise RuntimeError("cannot fill 'os_id'\n  and a second line that is not shown")
 
 

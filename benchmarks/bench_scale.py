@@ -100,9 +100,10 @@ class CpuMeter:
         self.pids.update(others)
         self.start = {name: _cpu_seconds(pid) for name, pid in self.pids.items()}
 
-    def add(self, name: str, pid: int) -> None:
+    def add(self, name: str, pid: int) -> CpuMeter:
         self.pids[name] = pid
         self.start[name] = _cpu_seconds(pid)
+        return self
 
     def used(self) -> dict[str, float]:
         return {name: _cpu_seconds(pid) - self.start[name] for name, pid in self.pids.items()}
@@ -126,8 +127,6 @@ class Size:
     pass_p99: float = 0.0
     rss_idle: float = 0.0
     rss_peak: float = 0.0
-    cpu: float = 0.0
-    apiserver_cpu: float = 0.0
     status_kib: float = 0.0
     names_kib: float = 0.0
     latencies: tuple[float, ...] = ()
@@ -140,6 +139,15 @@ class Size:
     cpu_sro: dict[str, float] = field(default_factory=dict)
     cpu_gated: dict[str, float] = field(default_factory=dict)
     idle_rps: float = 0.0  # its API requests per second once every node is validated
+
+    @property
+    def cpu(self) -> float:
+        """The operator's CPU seconds, apply -> validated."""
+        return self.cpu_sro.get("operator", 0.0)
+
+    @property
+    def apiserver_cpu(self) -> float:
+        return self.cpu_sro.get("kube-apiserver", 0.0)
 
 
 # ---- the simulator ---------------------------------------------------------------------------------
@@ -236,8 +244,7 @@ def _gated_floor(
         assert labeller.stdout is not None
         if labeller.stdout.readline().strip() != "READY":
             raise RuntimeError(f"the gated labeller exited ({labeller.wait()}); see {log.name}")
-        with_labeller = lambda: _with(meter(), "labeller", labeller.pid)  # noqa: E731
-        return _baseline(client, n, image, with_labeller, gated=True)
+        return _baseline(client, n, image, lambda: meter().add("labeller", labeller.pid), gated=True)
     finally:
         stop(labeller, 30)
         log.close()
@@ -317,11 +324,6 @@ def _label_pool(client: Client, names: list[str], pool: str) -> None:
         client.patch(Node, name, {"metadata": {"labels": {POOL: pool}}}, patch_type=PatchType.MERGE)
 
 
-def _with(meter: CpuMeter, name: str, pid: int) -> CpuMeter:
-    meter.add(name, pid)
-    return meter
-
-
 def _operator_run(
     client: Client, cluster: Any, n: int, image: str, workdir: Path, meter: Callable[[], CpuMeter]
 ) -> Size:
@@ -337,7 +339,7 @@ def _operator_run(
     try:
         time.sleep(5)
         size.rss_idle = rss_mib(op.pid)
-        cpu = _with(meter(), "operator", op.pid)
+        cpu = meter().add("operator", op.pid)
         requests0 = sum(_api_requests().values())
         client.create(codecs.from_dict(_special_resource()))
         peak = [size.rss_idle]
@@ -348,7 +350,6 @@ def _operator_run(
 
         size.validated = poll(f"{n - 1} of {n} simulated nodes validated", validated, 3600, 2)
         size.cpu_sro = cpu.used()
-        size.cpu, size.apiserver_cpu = size.cpu_sro["operator"], size.cpu_sro.get("kube-apiserver", 0.0)
         size.passes, size.pass_mean, size.pass_p99 = _passes()
         by_kind = _api_requests()
         size.requests = sum(by_kind.values()) - requests0

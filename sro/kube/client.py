@@ -31,7 +31,7 @@ from sro.kube.errors import HINT, one_line
 from sro.kube.http11 import Http11Transport
 
 IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
-HttpClient = httpx.AsyncClient  # the bare client the reflectors and node patches take (`async_http`)
+HttpClient = httpx.AsyncClient  # what the reflectors (`async_http`) and node patches take
 AsyncApi = AsyncClient  # the operator's API client (`async_client`), for code that only passes it on
 
 
@@ -128,10 +128,7 @@ def async_client(
 
 
 def async_http(
-    kubeconfig: str | os.PathLike[str] | None = None,
-    timeout: float = 30,
-    user_agent: str | None = None,
-    transport: httpx.AsyncBaseTransport | None = None,
+    kubeconfig: str | os.PathLike[str] | None = None, timeout: float = 30, user_agent: str | None = None
 ) -> httpx.AsyncClient:
     """A bare HTTP client for the same API server and credentials as `async_client`: for the watches
     that keep the operator's cache (`sro.kube.reflector`), which read JSON without lightkube's models."""
@@ -140,9 +137,7 @@ def async_http(
         single = config.get()
         if single is None:
             raise ConfigError("no current context")
-        # (lightkube types it as a sync transport; its AsyncClient passes an async one the same way)
-        params = adapter.ConnectionParams(timeout=httpx.Timeout(timeout), transport=transport)  # type: ignore[arg-type]
-        http = adapter.AsyncClient(single, params)
+        http = adapter.AsyncClient(single, adapter.ConnectionParams(timeout=httpx.Timeout(timeout)))
     except (ConfigError, OSError, ValueError) as e:
         raise KubeConfigError(f"kubeconfig {config.fname or 'in-cluster'}: {one_line(e)}; {HINT}") from e
     _identify(http, user_agent)

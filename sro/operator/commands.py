@@ -91,10 +91,10 @@ async def _run(namespace: str, image: str, metrics_port: int, health_port: int, 
             return 0
     metrics.LEADER.set(1)
     http = async_http(user_agent=agent)
-    writes = async_http(user_agent=agent, transport=transport) if transport is not None else http
-    for counted in {http, writes, lightkube_http(client)}:
+    for counted in (http, lightkube_http(client)):
         count_requests(counted, lambda verb, resource: metrics.API_REQUESTS.labels(verb, resource).inc())
-    cache = ClusterCache(http, namespace, writes=writes)
+    # the cache's node reads and patches go through the lightkube client's httpx (the pool above)
+    cache = ClusterCache(http, namespace, writes=lightkube_http(client))
     io = SpecialResourceIO(client, cache, namespace, image)
     if elect:
         io.held = election.held  # each batch of a plan's writes is sent only while the lease is held

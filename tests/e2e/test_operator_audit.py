@@ -31,6 +31,8 @@ BODY = {
 def installed(cluster: LocalCluster, sro_image: str) -> Iterator[None]:
     out = sro(cluster, "install", "--image", sro_image, "--timeout", "240")
     assert out.returncode == 0, out.stdout + out.stderr
+    # a replica of an older build is rolled by the install: the lease changes hands until it is done
+    cluster.kubectl("-n", NS, "rollout", "status", "deployment/sro-operator", "--timeout=240s")
     yield
     cluster.kubectl("delete", "sr", SR, "--ignore-not-found", "--timeout=120s", check=False)
     out = sro(cluster, "uninstall", "--timeout", "180")
@@ -43,11 +45,15 @@ def test_the_leaders_writes_are_audited_under_its_pod_name(cluster: LocalCluster
 
     def holder() -> str:
         """The Lease's holder; "" while there is none (a fresh install creates the Lease only once a
-        replica runs, seconds after `sro install` returns)."""
+        replica runs, seconds after `sro install` returns) or while it is a replica being deleted
+        (`sro install` rolls replicas of an older build: the old leader hands over as it stops)."""
         out = cluster.kubectl("get", "lease", "sro-operator", "-n", NS, "-o", "json", check=False)
-        return json.loads(out.stdout)["spec"].get("holderIdentity") or "" if out.returncode == 0 else ""
+        name = json.loads(out.stdout)["spec"].get("holderIdentity") or "" if out.returncode == 0 else ""
+        pods = get_json(cluster, "pods", "-n", NS, "-l", "app.kubernetes.io/name=sro-operator")["items"]
+        stopping = {p["metadata"]["name"] for p in pods if p["metadata"].get("deletionTimestamp")}
+        return "" if name in stopping else name
 
-    wait_for("a replica to hold the operator's lease", holder, 120)
+    wait_for("a replica that stays to hold the operator's lease", holder, 120)
     leader = holder()
     pods = get_json(cluster, "pods", "-n", NS, "-l", "app.kubernetes.io/name=sro-operator")["items"]
     assert leader in {p["metadata"]["name"] for p in pods}, leader

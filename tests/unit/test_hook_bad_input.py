@@ -5,11 +5,14 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from sro.node.runtime import hook
+from sro.node.runtime.specedits import HookCommand
 
 
 def _tree(path: Path) -> dict[str, tuple[int, int]]:
@@ -153,6 +156,18 @@ def test_prestart_without_pid(bundle: Path, capsys: pytest.CaptureFixture[str]) 
 def test_bad_arguments(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
     assert hook.main(argv, io.BytesIO(b"{}")) == 1
     assert message in capsys.readouterr().err
+
+
+def test_the_started_hook_says_why_before_it_exits(bundle: Path) -> None:
+    """The hook as runc starts it (the bootstrap, which ends in `posix._exit`): its exit code and
+    its message on stderr both get out, and a success prints nothing."""
+    argv = HookCommand(sys.executable).argv()
+    bad = subprocess.run([*argv, "prestart", "--frobnicate", "1"], input=b"{}", capture_output=True)
+    assert bad.returncode == 1
+    assert bad.stderr.decode() == "sro hook: unknown option or value: --frobnicate 1\n"
+    _config(bundle, ["PATH=/bin", "SRO_VISIBLE_DEVICES=void"])
+    ok = subprocess.run([*argv, "prestart"], input=_state(bundle), capture_output=True)
+    assert (ok.returncode, ok.stdout, ok.stderr) == (0, b"", b"")
 
 
 def test_nothing_asked_is_a_quick_success(bundle: Path, capsys: pytest.CaptureFixture[str]) -> None:

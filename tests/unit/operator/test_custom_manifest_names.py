@@ -92,3 +92,38 @@ def test_a_custom_validation_pod_keeps_sros_name() -> None:
     assert made["metadata"]["name"] == v.pod_name(ctx, "a") and made["metadata"]["name"].startswith(
         f"sro-{SR}-"
     )
+
+
+@pytest.mark.parametrize("state_name", ["driver-validation", "device-plugin-validation"])
+def test_validation_pods_from_one_render_are_those_rendered_per_node(state_name: str) -> None:
+    """A pass renders a validation template once with stand-in names and puts each node's names
+    into a copy: the pods are exactly those a render per node gives."""
+    v = state(state_name)
+    ctx = context(sr(SPEC))
+    for node_name in ("a", "worker-7.example.com", "ip-10-0-12-34.ec2.internal"):
+        fresh = replace(ctx, custom={})  # a new pass: nothing kept
+        pod = v.pod(fresh, node_name, "inputs")
+        by_hand = v._render_pod(fresh, node_name, v.pod_name(fresh, node_name), None)
+        by_hand["metadata"]["annotations"] = {**by_hand["metadata"].get("annotations", {}), "sro.dev/inputs": "inputs"}
+        assert pod == by_hand
+        assert node_name in str(pod) and "stand-in" not in str(pod)
+    assert v.pod(ctx, "a", "x") is not v.pod(ctx, "a", "x")  # a copy each time: callers edit it
+
+
+@pytest.mark.parametrize(
+    "use",
+    ["{{ node | upper }}", "{{ node[:12] }}", "{{ node[-3:] }}", "{{ name[4:9] }}", "{{ node | length }}", "{{ name | replace('-', '.') }}"],
+)
+def test_a_template_that_does_more_with_the_names_is_rendered_per_node(use: str) -> None:
+    """A custom validation template that transforms the node's or the pod's name (case, a slice, its
+    length) cannot be filled in from one render: every node's pod is rendered for that node."""
+    pod = templates("validation")["0500_pod.yaml"].replace(
+        "  labels:\n", f"  labels:\n    seen: \"{use}\"\n", 1
+    )
+    ctx = replace(context(sr(SPEC)), custom={"driver-validation.0500_pod.yaml": pod})
+    v = state("driver-validation")
+    for node_name in ("node-one", "the-second-node-longer"):
+        made = v.pod(ctx, node_name, "inputs")
+        expected = v._render_pod(ctx, node_name, v.pod_name(ctx, node_name), None)
+        assert made["metadata"]["labels"]["seen"] == expected["metadata"]["labels"]["seen"]
+        assert "stand-in" not in str(made)

@@ -97,6 +97,10 @@ class SpecialResourceIO:
         # SpecialResource -> node -> the API server's refusal of the last patch of that node (a 4xx
         # that no retry mends: admission, RBAC, validation); the next pass shows it as Degraded
         self.refused_patches: dict[str, dict[str, str]] = {}
+        # SpecialResource -> the log tails of its failing pods by (uid, restarts, phase, reason):
+        # read once per failure, not on every pass (a pass waits for its slowest read, and a failed
+        # pod's log is final); an empty tail (perhaps not read) is read again
+        self._tails: dict[str, dict[tuple[str, int, str, str], str]] = {}
 
     # ---- reading ---------------------------------------------------------------------------
     async def get_sr(self, name: str) -> SpecialResourceInfo | None:
@@ -198,11 +202,20 @@ class SpecialResourceIO:
         return Remains(tuple(owned), tuple(elsewhere), self.cache.node_infos())
 
     async def _pods(self, sr: str) -> list[PodInfo]:
-        """Our pods from the cache, with the log tail of those failing."""
+        """Our pods from the cache, with the log tail of those failing (read once per failure: a
+        crash-looping pod's again when it restarts, a Failed pod's once)."""
         pods = self.cache.pods_of(sr)
-        failing = [p for p in pods if p.phase == "Failed" or p.reason in HARD_REASONS or p.restarts >= 3]
-        tails = await _bounded([self._log_tail(p.name) for p in failing])
-        logs = {p.name: tail for p, tail in zip(failing, tails, strict=True)}
+        failing = {
+            (p.uid, p.restarts, p.phase, p.reason): p
+            for p in pods
+            if p.phase == "Failed" or p.reason in HARD_REASONS or p.restarts >= 3
+        }
+        known = self._tails.get(sr, {})
+        unread = [key for key in failing if not known.get(key)]
+        tails = await _bounded([self._log_tail(failing[key].name) for key in unread])
+        known = {key: known.get(key, "") for key in failing} | dict(zip(unread, tails, strict=True))
+        self._tails[sr] = known  # only the failures there are now
+        logs = {p.name: known[key] for key, p in failing.items()}
         return [replace(p, log=logs[p.name]) if p.name in logs else p for p in pods]
 
     async def _owned(self, sr: str, kind: str) -> list[tuple[str, dict[str, Any]]]:

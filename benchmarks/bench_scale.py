@@ -2,15 +2,19 @@
 KWOK-style: Node objects and their pods played by one process; no kubelet), on the real control
 plane of the local cluster.
 
-Per size N (SRO_BENCH_SCALE_NODES, default 10,100,1000), in one run:
-- baseline: six plain DaemonSets (the six pod stages the operator runs per node) created at once on
-  the same N nodes, timed until every one has its N pods Ready — what the controller-manager,
-  scheduler and simulator need to run that many pods with no gating at all;
-- the gated floor, after the operator's run: the same six DaemonSets in a per-node order, each but
-  the first selecting a node label that `benchmarks.gatedlabeller` sets once the previous one's pod
-  is Ready on that node — the order sro keeps, done by hand with nothing else, so what the gates
-  themselves cost the control plane; where it already misses the goal against the plain baseline,
-  the figure says so, and sro is also compared with it;
+Per size N (SRO_BENCH_SCALE_NODES, default 10,100,1000), in one run, in this order:
+- the operator (below); once every node is validated, the pod of each of its six pod-running states
+  is read back (`_stage_pods`): the baselines run those very pods;
+- baseline: six plain DaemonSets of those pods (one per stage) created at once on the same N nodes,
+  timed until every one has its N pods Ready — what the controller-manager, scheduler and simulator
+  need to run sro's pods with no gating at all, so the ratio is what sro's orchestration adds;
+- the gated floor: the same six DaemonSets in a per-node order, each but the first selecting a node
+  label that `benchmarks.gatedlabeller` sets once the previous one's pod is Ready on that node — the
+  order sro keeps, done by hand with nothing else, so what the gates themselves cost the control
+  plane; where it already misses the goal against the plain baseline, the figure says so, and sro is
+  also compared with it;
+- the baseline before stop 40, for comparison (no goal): six plain DaemonSets of a container that
+  sleeps, about a third the size of sro's pods;
 - the operator (`sro operator` from this checkout, as a process of this machine, so its memory and
   CPU are read from /proc; the in-cluster Deployment is scaled to 0 meanwhile): `kubectl apply` to
   every node validated but one (sim-1's driver fails by a failure rule: it must show failed, and
@@ -54,7 +58,23 @@ from lightkube.types import PatchType
 from benchmarks.gatedlabeller import gate_label
 from benchmarks.harness import Figure, percentile, poll, rss_mib, stop
 from benchmarks.simnodes import SIM_LABEL
-from sro.api.names import GROUP, KIND, NAMESPACE, PLURAL, SPECIALRESOURCE_LABEL, VERSION, validated_label
+from sro.api.names import (
+    DEVICE_PLUGIN,
+    DEVICE_PLUGIN_VALIDATION,
+    DRIVER,
+    DRIVER_VALIDATION,
+    GROUP,
+    KIND,
+    MONITORING,
+    NAMESPACE,
+    PLURAL,
+    RUNTIME,
+    SPECIALRESOURCE_LABEL,
+    STATE_LABEL,
+    VERSION,
+    validated_label,
+)
+from sro.kube.client import as_dict
 from sro.local.hollowconfig import DEFAULT_CONFIG
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,7 +86,14 @@ QPS = int(os.environ.get("SRO_BENCH_SCALE_QPS", "200"))
 BURST = int(os.environ.get("SRO_BENCH_SCALE_BURST", "400"))
 FAILING = "sim-1"
 GOAL, GOAL_NODES = 1.3, 1000  # issue 26: at 1,000 nodes at most 1.3x the plain DaemonSets
-STAGES = 6
+# the six states that run a pod on every node, in sro's per-node order: the baselines' six stages
+POD_STATES = (DRIVER, DRIVER_VALIDATION, RUNTIME, DEVICE_PLUGIN, DEVICE_PLUGIN_VALIDATION, MONITORING)
+STAGES = len(POD_STATES)
+# what a copied pod spec leaves out: its node and its gate (each baseline sets its own selector), a
+# validation's deadline, and what admission set on the pod (a DaemonSet's template may not carry it)
+NOT_COPIED = frozenset(
+    {"nodeName", "nodeSelector", "affinity", "activeDeadlineSeconds", "priority", "preemptionPolicy"}
+)
 LATENCY_SAMPLES = 10
 IDLE_SECONDS = 30
 METRICS_PORT = 18480
@@ -138,6 +165,10 @@ class Size:
     cpu_plain: dict[str, float] = field(default_factory=dict)
     cpu_sro: dict[str, float] = field(default_factory=dict)
     cpu_gated: dict[str, float] = field(default_factory=dict)
+    # the plain DaemonSets of `sleep` pods (the baseline before sro's own pods were used), and its CPU
+    sleep_baseline: float = 0.0
+    cpu_sleep: dict[str, float] = field(default_factory=dict)
+    stage_pods: list[dict[str, Any]] = field(default_factory=list)  # sro's, for the baselines
     idle_rps: float = 0.0  # its API requests per second once every node is validated
 
     @property
@@ -178,12 +209,46 @@ class Simulated:
 
 
 # ---- baseline: plain DaemonSets on the same nodes -----------------------------------------------------
-def _plain_ds(k: int, image: str, gated: bool = False) -> Any:
-    """DaemonSet `plain-<k>`, or `gated-<k>`: on the nodes where `gated-<k-1>`'s pod is Ready."""
+def _stage_pods(client: Client) -> list[dict[str, Any]]:
+    """The pod spec of each of the six stages as sro ran it, read back once every node is validated:
+    each state's DaemonSet template, each validation's pod (on sim-0) made a DaemonSet's (restarted
+    always, no node name, deadline or admission-set priority). The baselines run these very pods, so
+    they differ from sro by its orchestration alone. Why: the `sleep` pods they ran before were ~3 KiB
+    against 7-11 KiB for sro's (volumes, probes, security context; managedFields included), and the
+    control plane's cost per pod follows its size — over one 1,000-node run the API server sent 296 MB
+    of pod watch events for the gated floor and 473 MB for sro, for about as many events."""
+    ours: dict[str, Any] = {SPECIALRESOURCE_LABEL: SR}
+    daemonsets = [as_dict(ds) for ds in client.list(DaemonSet, namespace=NAMESPACE, labels=ours)]
+    templates = {ds["metadata"]["labels"][STATE_LABEL]: ds["spec"]["template"]["spec"] for ds in daemonsets}
+    for pod in map(as_dict, client.list(Pod, namespace=NAMESPACE, labels=ours)):
+        state = pod["metadata"]["labels"][STATE_LABEL]
+        if state not in templates and pod["spec"].get("nodeName") == "sim-0":
+            templates[state] = pod["spec"]
+    missing = [s for s in POD_STATES if s not in templates]
+    if missing:
+        raise RuntimeError(f"no DaemonSet or sim-0 pod of {', '.join(missing)} to copy for the baselines")
+    pods = []
+    for state in POD_STATES:
+        spec = {k: v for k, v in templates[state].items() if k not in NOT_COPIED}
+        pods.append({**spec, "restartPolicy": "Always"})
+    return pods
+
+
+def _plain_ds(k: int, image: str, gated: bool = False, pods: list[dict[str, Any]] | None = None) -> Any:
+    """DaemonSet `plain-<k>`, or `gated-<k>`: on the nodes where `gated-<k-1>`'s pod is Ready. With
+    `pods` (`_stage_pods`), its pod is stage k's of sro; without, a container sleeping in `image`."""
     name = f"{'gated' if gated else 'plain'}-{k}"
     selector = {SIM_LABEL: "true"}
     if gated and k:
         selector[gate_label(k - 1)] = "ready"
+    toleration = {"key": SIM_LABEL, "operator": "Exists"}
+    if pods is None:
+        spec: dict[str, Any] = {
+            "tolerations": [toleration],
+            "containers": [{"name": "c", "image": image, "command": ["sleep", "infinity"]}],
+        }
+    else:
+        spec = {**pods[k], "tolerations": [*(pods[k].get("tolerations") or []), toleration]}
     return codecs.from_dict(
         {
             "apiVersion": "apps/v1",
@@ -193,11 +258,7 @@ def _plain_ds(k: int, image: str, gated: bool = False) -> Any:
                 "selector": {"matchLabels": {"app": name}},
                 "template": {
                     "metadata": {"labels": {"app": name}},
-                    "spec": {
-                        "nodeSelector": selector,
-                        "tolerations": [{"key": SIM_LABEL, "operator": "Exists"}],
-                        "containers": [{"name": "c", "image": image, "command": ["sleep", "infinity"]}],
-                    },
+                    "spec": {**spec, "nodeSelector": selector},
                 },
             },
         }
@@ -205,14 +266,26 @@ def _plain_ds(k: int, image: str, gated: bool = False) -> Any:
 
 
 def _baseline(
-    client: Client, n: int, image: str, meter: Callable[[], CpuMeter], gated: bool = False
+    client: Client,
+    n: int,
+    image: str,
+    meter: Callable[[], CpuMeter],
+    gated: bool = False,
+    pods: list[dict[str, Any]] | None = None,
 ) -> tuple[float, dict[str, float]]:
     """Seconds until the six DaemonSets have all their pods Ready, and the CPU used meanwhile."""
     client.create(codecs.from_dict({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": FLOOR_NS}}))
+    for account in sorted({str(p.get("serviceAccountName") or "default") for p in pods or ()} - {"default"}):
+        sa = {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": account, "namespace": FLOOR_NS},
+        }
+        client.create(codecs.from_dict(sa))  # admission refuses a pod whose account is not there
     cpu = meter()
     t0 = time.monotonic()
     for k in range(STAGES):
-        client.create(_plain_ds(k, image, gated))
+        client.create(_plain_ds(k, image, gated, pods))
 
     def all_ready() -> bool:
         dss = list(client.list(DaemonSet, namespace=FLOOR_NS))
@@ -228,7 +301,13 @@ def _baseline(
 
 
 def _gated_floor(
-    client: Client, n: int, image: str, kubeconfig: Path, workdir: Path, meter: Callable[[], CpuMeter]
+    client: Client,
+    n: int,
+    image: str,
+    kubeconfig: Path,
+    workdir: Path,
+    meter: Callable[[], CpuMeter],
+    pods: list[dict[str, Any]],
 ) -> tuple[float, dict[str, float]]:
     """The six DaemonSets ordered per node by `benchmarks.gatedlabeller`: seconds to all Ready, CPU."""
     log = (workdir / f"gatedlabeller-{n}.log").open("w")
@@ -244,7 +323,9 @@ def _gated_floor(
         assert labeller.stdout is not None
         if labeller.stdout.readline().strip() != "READY":
             raise RuntimeError(f"the gated labeller exited ({labeller.wait()}); see {log.name}")
-        return _baseline(client, n, image, lambda: meter().add("labeller", labeller.pid), gated=True)
+        return _baseline(
+            client, n, image, lambda: meter().add("labeller", labeller.pid), gated=True, pods=pods
+        )
     finally:
         stop(labeller, 30)
         log.close()
@@ -350,6 +431,7 @@ def _operator_run(
 
         size.validated = poll(f"{n - 1} of {n} simulated nodes validated", validated, 3600, 2)
         size.cpu_sro = cpu.used()
+        size.stage_pods = _stage_pods(client)
         size.passes, size.pass_mean, size.pass_p99 = _passes()
         by_kind = _api_requests()
         size.requests = sum(by_kind.values()) - requests0
@@ -431,15 +513,21 @@ def _measure(client: Client, cluster: Any, n: int, image: str, workdir: Path) ->
     try:
         sim_cpu0 = _cpu_seconds(sim.proc.pid)
         meter = lambda: CpuMeter(cluster.layout, simulator=sim.proc.pid)  # noqa: E731
-        _progress(f"{n} nodes Ready; baseline: {STAGES} plain DaemonSets")
-        baseline, cpu_plain = _baseline(client, n, image, meter)
-        _progress(f"{n} nodes: baseline {baseline:.1f} s, {_describe_cpu(cpu_plain)}; the operator")
+        # sro first: the baselines run the pods it ran (_stage_pods)
+        _progress(f"{n} nodes Ready; the operator")
         size = _operator_run(client, cluster, n, image, workdir, meter)
-        size.baseline, size.cpu_plain = baseline, cpu_plain
         _progress(f"{n} nodes: sro {size.validated:.1f} s, {_describe_cpu(size.cpu_sro)}")
+        _progress(f"{n} nodes: baseline: {STAGES} plain DaemonSets of sro's pods")
+        size.baseline, size.cpu_plain = _baseline(client, n, image, meter, pods=size.stage_pods)
+        _progress(f"{n} nodes: baseline {size.baseline:.1f} s, {_describe_cpu(size.cpu_plain)}")
         _progress(f"{n} nodes: the gated floor ({STAGES} DaemonSets ordered per node by a bare labeller)")
-        size.gated, size.cpu_gated = _gated_floor(client, n, image, cluster.kubeconfig, workdir, meter)
+        size.gated, size.cpu_gated = _gated_floor(
+            client, n, image, cluster.kubeconfig, workdir, meter, size.stage_pods
+        )
         _progress(f"{n} nodes: gated floor {size.gated:.1f} s, {_describe_cpu(size.cpu_gated)}")
+        _progress(f"{n} nodes: {STAGES} plain DaemonSets of sleep pods (the baseline before sro's own pods)")
+        size.sleep_baseline, size.cpu_sleep = _baseline(client, n, image, meter)
+        _progress(f"{n} nodes: sleep pods {size.sleep_baseline:.1f} s, {_describe_cpu(size.cpu_sleep)}")
         size.sim_rss = rss_mib(sim.proc.pid)
         size.sim_cpu = _cpu_seconds(sim.proc.pid) - sim_cpu0
     finally:
@@ -470,18 +558,19 @@ def _remove_leftovers(client: Client) -> None:
 
 
 def _cpu_table(s: Size) -> str:
-    """Each process's CPU seconds in the three phases: where the work of each goes."""
+    """Each process's CPU seconds in the four phases: where the work of each goes."""
     phases = (
         ("plain", s.cpu_plain, s.baseline),
         ("sro", s.cpu_sro, s.validated),
         ("gated", s.cpu_gated, s.gated),
+        ("sleep pods", s.cpu_sleep, s.sleep_baseline),
     )
     names = sorted({k for _, used, _ in phases for k in used}, key=lambda k: -s.cpu_sro.get(k, 0.0))
     lines = [f"scale {s.nodes}: CPU seconds by process (the phase's wall time in brackets)"]
-    lines.append(f"  {'process':<24}" + "".join(f"{p} [{t:.0f} s]".rjust(16) for p, _, t in phases))
+    lines.append(f"  {'process':<24}" + "".join(f"{p} [{t:.0f} s]".rjust(18) for p, _, t in phases))
     for name in [*names, "total"]:
         cells = [sum(used.values()) if name == "total" else used.get(name) for _, used, _ in phases]
-        lines.append(f"  {name:<24}" + "".join(("-" if c is None else f"{c:.1f}").rjust(16) for c in cells))
+        lines.append(f"  {name:<24}" + "".join(("-" if c is None else f"{c:.1f}").rjust(18) for c in cells))
     return "\n".join(lines)
 
 
@@ -539,10 +628,17 @@ def run() -> list[Figure]:
                 s.validated,
                 s.baseline,
                 "s",
-                f"{STAGES} plain DaemonSets Ready on the same nodes",
+                f"{STAGES} plain DaemonSets of sro's pods Ready on the same nodes",
                 target=target,
                 goal=goal,
                 why=why,
+            ),
+            Figure(
+                f"scale {s.nodes}: apply -> validated, vs plain DaemonSets of sleep pods (no goal)",
+                s.validated,
+                s.sleep_baseline,
+                "s",
+                f"{STAGES} plain DaemonSets, a sleeping container each (the baseline before stop 40)",
             ),
             Figure(
                 f"scale {s.nodes}: apply -> validated, vs the same order kept by a bare labeller",
@@ -558,7 +654,14 @@ def run() -> list[Figure]:
                 s.gated,
                 s.baseline,
                 "s",
-                f"{STAGES} plain DaemonSets Ready on the same nodes",
+                f"{STAGES} plain DaemonSets of sro's pods Ready on the same nodes",
+            ),
+            Figure(
+                f"scale {s.nodes}: plain DaemonSets of sro's pods, vs of sleep pods",
+                s.baseline,
+                s.sleep_baseline,
+                "s",
+                "the same with a sleeping container each: what sro's pods themselves cost",
             ),
             Figure(f"scale {s.nodes}: reconcile passes", s.passes, float(s.nodes), "passes", "nodes"),
             Figure(

@@ -13,8 +13,6 @@ Per size N (SRO_BENCH_SCALE_NODES, default 10,100,1000), in one run, in this ord
   order sro keeps, done by hand with nothing else, so what the gates themselves cost the control
   plane; where it already misses the goal against the plain baseline, the figure says so, and sro is
   also compared with it;
-- the baseline before stop 40, for comparison (no goal): six plain DaemonSets of a container that
-  sleeps, about a third the size of sro's pods;
 - the operator (`sro operator` from this checkout, as a process of this machine, so its memory and
   CPU are read from /proc; the in-cluster Deployment is scaled to 0 meanwhile): `kubectl apply` to
   every node validated but one (sim-1's driver fails by a failure rule: it must show failed, and
@@ -165,9 +163,6 @@ class Size:
     cpu_plain: dict[str, float] = field(default_factory=dict)
     cpu_sro: dict[str, float] = field(default_factory=dict)
     cpu_gated: dict[str, float] = field(default_factory=dict)
-    # the plain DaemonSets of `sleep` pods (the baseline before sro's own pods were used), and its CPU
-    sleep_baseline: float = 0.0
-    cpu_sleep: dict[str, float] = field(default_factory=dict)
     stage_pods: list[dict[str, Any]] = field(default_factory=list)  # sro's, for the baselines
     idle_rps: float = 0.0  # its API requests per second once every node is validated
 
@@ -213,10 +208,9 @@ def _stage_pods(client: Client) -> list[dict[str, Any]]:
     """The pod spec of each of the six stages as sro ran it, read back once every node is validated:
     each state's DaemonSet template, each validation's pod (on sim-0) made a DaemonSet's (restarted
     always, no node name, deadline or admission-set priority). The baselines run these very pods, so
-    they differ from sro by its orchestration alone. Why: the `sleep` pods they ran before were ~3 KiB
-    against 7-11 KiB for sro's (volumes, probes, security context; managedFields included), and the
-    control plane's cost per pod follows its size — over one 1,000-node run the API server sent 296 MB
-    of pod watch events for the gated floor and 473 MB for sro, for about as many events."""
+    they differ from sro by its orchestration alone. (Before, they ran a sleeping container, about a
+    third the size of sro's pods: one 1,000-node run of both took 101 s with those and 94 s with
+    sro's, so the size itself does not show within the noise of a run.)"""
     ours: dict[str, Any] = {SPECIALRESOURCE_LABEL: SR}
     daemonsets = [as_dict(ds) for ds in client.list(DaemonSet, namespace=NAMESPACE, labels=ours)]
     templates = {ds["metadata"]["labels"][STATE_LABEL]: ds["spec"]["template"]["spec"] for ds in daemonsets}
@@ -234,21 +228,14 @@ def _stage_pods(client: Client) -> list[dict[str, Any]]:
     return pods
 
 
-def _plain_ds(k: int, image: str, gated: bool = False, pods: list[dict[str, Any]] | None = None) -> Any:
-    """DaemonSet `plain-<k>`, or `gated-<k>`: on the nodes where `gated-<k-1>`'s pod is Ready. With
-    `pods` (`_stage_pods`), its pod is stage k's of sro; without, a container sleeping in `image`."""
+def _plain_ds(k: int, pods: list[dict[str, Any]], gated: bool = False) -> Any:
+    """DaemonSet `plain-<k>` of stage k's pod (`_stage_pods`), or `gated-<k>`: on the nodes where
+    `gated-<k-1>`'s pod is Ready."""
     name = f"{'gated' if gated else 'plain'}-{k}"
     selector = {SIM_LABEL: "true"}
     if gated and k:
         selector[gate_label(k - 1)] = "ready"
-    toleration = {"key": SIM_LABEL, "operator": "Exists"}
-    if pods is None:
-        spec: dict[str, Any] = {
-            "tolerations": [toleration],
-            "containers": [{"name": "c", "image": image, "command": ["sleep", "infinity"]}],
-        }
-    else:
-        spec = {**pods[k], "tolerations": [*(pods[k].get("tolerations") or []), toleration]}
+    tolerations = [*(pods[k].get("tolerations") or []), {"key": SIM_LABEL, "operator": "Exists"}]
     return codecs.from_dict(
         {
             "apiVersion": "apps/v1",
@@ -258,7 +245,7 @@ def _plain_ds(k: int, image: str, gated: bool = False, pods: list[dict[str, Any]
                 "selector": {"matchLabels": {"app": name}},
                 "template": {
                     "metadata": {"labels": {"app": name}},
-                    "spec": {**spec, "nodeSelector": selector},
+                    "spec": {**pods[k], "tolerations": tolerations, "nodeSelector": selector},
                 },
             },
         }
@@ -266,16 +253,11 @@ def _plain_ds(k: int, image: str, gated: bool = False, pods: list[dict[str, Any]
 
 
 def _baseline(
-    client: Client,
-    n: int,
-    image: str,
-    meter: Callable[[], CpuMeter],
-    gated: bool = False,
-    pods: list[dict[str, Any]] | None = None,
+    client: Client, n: int, pods: list[dict[str, Any]], meter: Callable[[], CpuMeter], gated: bool = False
 ) -> tuple[float, dict[str, float]]:
     """Seconds until the six DaemonSets have all their pods Ready, and the CPU used meanwhile."""
     client.create(codecs.from_dict({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": FLOOR_NS}}))
-    for account in sorted({str(p.get("serviceAccountName") or "default") for p in pods or ()} - {"default"}):
+    for account in sorted({str(p.get("serviceAccountName") or "default") for p in pods} - {"default"}):
         sa = {
             "apiVersion": "v1",
             "kind": "ServiceAccount",
@@ -285,7 +267,7 @@ def _baseline(
     cpu = meter()
     t0 = time.monotonic()
     for k in range(STAGES):
-        client.create(_plain_ds(k, image, gated, pods))
+        client.create(_plain_ds(k, pods, gated))
 
     def all_ready() -> bool:
         dss = list(client.list(DaemonSet, namespace=FLOOR_NS))
@@ -303,11 +285,10 @@ def _baseline(
 def _gated_floor(
     client: Client,
     n: int,
-    image: str,
+    pods: list[dict[str, Any]],
     kubeconfig: Path,
     workdir: Path,
     meter: Callable[[], CpuMeter],
-    pods: list[dict[str, Any]],
 ) -> tuple[float, dict[str, float]]:
     """The six DaemonSets ordered per node by `benchmarks.gatedlabeller`: seconds to all Ready, CPU."""
     log = (workdir / f"gatedlabeller-{n}.log").open("w")
@@ -323,9 +304,7 @@ def _gated_floor(
         assert labeller.stdout is not None
         if labeller.stdout.readline().strip() != "READY":
             raise RuntimeError(f"the gated labeller exited ({labeller.wait()}); see {log.name}")
-        return _baseline(
-            client, n, image, lambda: meter().add("labeller", labeller.pid), gated=True, pods=pods
-        )
+        return _baseline(client, n, pods, lambda: meter().add("labeller", labeller.pid), gated=True)
     finally:
         stop(labeller, 30)
         log.close()
@@ -518,16 +497,13 @@ def _measure(client: Client, cluster: Any, n: int, image: str, workdir: Path) ->
         size = _operator_run(client, cluster, n, image, workdir, meter)
         _progress(f"{n} nodes: sro {size.validated:.1f} s, {_describe_cpu(size.cpu_sro)}")
         _progress(f"{n} nodes: baseline: {STAGES} plain DaemonSets of sro's pods")
-        size.baseline, size.cpu_plain = _baseline(client, n, image, meter, pods=size.stage_pods)
+        size.baseline, size.cpu_plain = _baseline(client, n, size.stage_pods, meter)
         _progress(f"{n} nodes: baseline {size.baseline:.1f} s, {_describe_cpu(size.cpu_plain)}")
         _progress(f"{n} nodes: the gated floor ({STAGES} DaemonSets ordered per node by a bare labeller)")
         size.gated, size.cpu_gated = _gated_floor(
-            client, n, image, cluster.kubeconfig, workdir, meter, size.stage_pods
+            client, n, size.stage_pods, cluster.kubeconfig, workdir, meter
         )
         _progress(f"{n} nodes: gated floor {size.gated:.1f} s, {_describe_cpu(size.cpu_gated)}")
-        _progress(f"{n} nodes: {STAGES} plain DaemonSets of sleep pods (the baseline before sro's own pods)")
-        size.sleep_baseline, size.cpu_sleep = _baseline(client, n, image, meter)
-        _progress(f"{n} nodes: sleep pods {size.sleep_baseline:.1f} s, {_describe_cpu(size.cpu_sleep)}")
         size.sim_rss = rss_mib(sim.proc.pid)
         size.sim_cpu = _cpu_seconds(sim.proc.pid) - sim_cpu0
     finally:
@@ -558,12 +534,11 @@ def _remove_leftovers(client: Client) -> None:
 
 
 def _cpu_table(s: Size) -> str:
-    """Each process's CPU seconds in the four phases: where the work of each goes."""
+    """Each process's CPU seconds in the three phases: where the work of each goes."""
     phases = (
         ("plain", s.cpu_plain, s.baseline),
         ("sro", s.cpu_sro, s.validated),
         ("gated", s.cpu_gated, s.gated),
-        ("sleep pods", s.cpu_sleep, s.sleep_baseline),
     )
     names = sorted({k for _, used, _ in phases for k in used}, key=lambda k: -s.cpu_sro.get(k, 0.0))
     lines = [f"scale {s.nodes}: CPU seconds by process (the phase's wall time in brackets)"]
@@ -634,13 +609,6 @@ def run() -> list[Figure]:
                 why=why,
             ),
             Figure(
-                f"scale {s.nodes}: apply -> validated, vs plain DaemonSets of sleep pods (no goal)",
-                s.validated,
-                s.sleep_baseline,
-                "s",
-                f"{STAGES} plain DaemonSets, a sleeping container each (the baseline before stop 40)",
-            ),
-            Figure(
                 f"scale {s.nodes}: apply -> validated, vs the same order kept by a bare labeller",
                 s.validated,
                 s.gated,
@@ -655,13 +623,6 @@ def run() -> list[Figure]:
                 s.baseline,
                 "s",
                 f"{STAGES} plain DaemonSets of sro's pods Ready on the same nodes",
-            ),
-            Figure(
-                f"scale {s.nodes}: plain DaemonSets of sro's pods, vs of sleep pods",
-                s.baseline,
-                s.sleep_baseline,
-                "s",
-                "the same with a sleeping container each: what sro's pods themselves cost",
             ),
             Figure(f"scale {s.nodes}: reconcile passes", s.passes, float(s.nodes), "passes", "nodes"),
             Figure(

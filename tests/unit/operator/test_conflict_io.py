@@ -64,7 +64,7 @@ def test_a_pass_reads_the_others_custom_recipes_and_sees_the_conflict() -> None:
     io = SpecialResourceIO.__new__(SpecialResourceIO)
     objects = FakeObjects()
     io.objects, io.cache, io.namespace, io.image = objects, FakeCache(), NS, "img"  # type: ignore[assignment]
-    io.refused_patches = {}
+    io.refused_patches, io._tails = {}, {}
     mine = SpecialResourceInfo(
         "mine", "mine", {"recipe": "nvidia-gpu", "driver": {"mode": "host"}}, created="2026-11-22T10:00:00Z"
     )

@@ -55,18 +55,13 @@ from lightkube.types import PatchType
 
 from benchmarks.gatedlabeller import gate_label
 from benchmarks.harness import Figure, percentile, poll, rss_mib, stop
+from benchmarks.operator_floor import POD_STAGES
 from benchmarks.simnodes import SIM_LABEL
 from sro.api.names import (
-    DEVICE_PLUGIN,
-    DEVICE_PLUGIN_VALIDATION,
-    DRIVER,
-    DRIVER_VALIDATION,
     GROUP,
     KIND,
-    MONITORING,
     NAMESPACE,
     PLURAL,
-    RUNTIME,
     SPECIALRESOURCE_LABEL,
     STATE_LABEL,
     VERSION,
@@ -84,9 +79,7 @@ QPS = int(os.environ.get("SRO_BENCH_SCALE_QPS", "200"))
 BURST = int(os.environ.get("SRO_BENCH_SCALE_BURST", "400"))
 FAILING = "sim-1"
 GOAL, GOAL_NODES = 1.3, 1000  # issue 26: at 1,000 nodes at most 1.3x the plain DaemonSets
-# the six states that run a pod on every node, in sro's per-node order: the baselines' six stages
-POD_STATES = (DRIVER, DRIVER_VALIDATION, RUNTIME, DEVICE_PLUGIN, DEVICE_PLUGIN_VALIDATION, MONITORING)
-STAGES = len(POD_STATES)
+STAGES = len(POD_STAGES)  # the states that run a pod on every node, in sro's per-node order
 # what a copied pod spec leaves out: its node and its gate (each baseline sets its own selector), a
 # validation's deadline, and what admission set on the pod (a DaemonSet's template may not carry it)
 NOT_COPIED = frozenset(
@@ -218,11 +211,11 @@ def _stage_pods(client: Client) -> list[dict[str, Any]]:
         state = pod["metadata"]["labels"][STATE_LABEL]
         if state not in templates and pod["spec"].get("nodeName") == "sim-0":
             templates[state] = pod["spec"]
-    missing = [s for s in POD_STATES if s not in templates]
+    missing = [s for s in POD_STAGES if s not in templates]
     if missing:
         raise RuntimeError(f"no DaemonSet or sim-0 pod of {', '.join(missing)} to copy for the baselines")
     pods = []
-    for state in POD_STATES:
+    for state in POD_STAGES:
         spec = {k: v for k, v in templates[state].items() if k not in NOT_COPIED}
         pods.append({**spec, "restartPolicy": "Always"})
     return pods

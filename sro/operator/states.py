@@ -335,7 +335,9 @@ class ValidationState(State):
         if ctx.recipe.pools:  # a device in a pool is announced under the pool's resource only
             resource = validation_resource(ctx.recipe.announced_resources, capacity or {})
         name = self.pod_name(ctx, node)
-        template = ctx.memo(("validation pod", self.name, resource), lambda: self._pod_template(ctx, resource))
+        template = ctx.memo(
+            ("validation pod", self.name, resource), lambda: self._pod_template(ctx, resource)
+        )
         if template is None:  # a template that does more with the names than print them
             obj = self._render_pod(ctx, node, name, resource)
         else:

@@ -104,7 +104,10 @@ def test_validation_pods_from_one_render_are_those_rendered_per_node(state_name:
         fresh = replace(ctx, custom={})  # a new pass: nothing kept
         pod = v.pod(fresh, node_name, "inputs")
         by_hand = v._render_pod(fresh, node_name, v.pod_name(fresh, node_name), None)
-        by_hand["metadata"]["annotations"] = {**by_hand["metadata"].get("annotations", {}), "sro.dev/inputs": "inputs"}
+        by_hand["metadata"]["annotations"] = {
+            **by_hand["metadata"].get("annotations", {}),
+            "sro.dev/inputs": "inputs",
+        }
         assert pod == by_hand
         assert node_name in str(pod) and "stand-in" not in str(pod)
     assert v.pod(ctx, "a", "x") is not v.pod(ctx, "a", "x")  # a copy each time: callers edit it
@@ -112,13 +115,20 @@ def test_validation_pods_from_one_render_are_those_rendered_per_node(state_name:
 
 @pytest.mark.parametrize(
     "use",
-    ["{{ node | upper }}", "{{ node[:12] }}", "{{ node[-3:] }}", "{{ name[4:9] }}", "{{ node | length }}", "{{ name | replace('-', '.') }}"],
+    [
+        "{{ node | upper }}",
+        "{{ node[:12] }}",
+        "{{ node[-3:] }}",
+        "{{ name[4:9] }}",
+        "{{ node | length }}",
+        "{{ name | replace('-', '.') }}",
+    ],
 )
 def test_a_template_that_does_more_with_the_names_is_rendered_per_node(use: str) -> None:
     """A custom validation template that transforms the node's or the pod's name (case, a slice, its
     length) cannot be filled in from one render: every node's pod is rendered for that node."""
     pod = templates("validation")["0500_pod.yaml"].replace(
-        "  labels:\n", f"  labels:\n    seen: \"{use}\"\n", 1
+        "  labels:\n", f'  labels:\n    seen: "{use}"\n', 1
     )
     ctx = replace(context(sr(SPEC)), custom={"driver-validation.0500_pod.yaml": pod})
     v = state("driver-validation")

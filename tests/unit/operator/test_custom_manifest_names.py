@@ -124,16 +124,32 @@ def test_validation_pods_from_one_render_are_those_rendered_per_node(state_name:
         "{{ name | replace('-', '.') }}",
     ],
 )
-def test_a_template_that_does_more_with_the_names_is_rendered_per_node(use: str) -> None:
-    """A custom validation template that transforms the node's or the pod's name (case, a slice, its
-    length) cannot be filled in from one render: every node's pod is rendered for that node."""
+def test_a_template_that_does_more_with_the_names_is_never_filled_in(use: str) -> None:
+    """A validation template that transforms the node's or the pod's name (case, a slice, its length)
+    cannot be filled in from one render: the stand-in check refuses it, and each node's pod is right."""
     pod = templates("validation")["0500_pod.yaml"].replace(
         "  labels:\n", f'  labels:\n    seen: "{use}"\n', 1
     )
     ctx = replace(context(sr(SPEC)), custom={"driver-validation.0500_pod.yaml": pod})
     v = state("driver-validation")
+    assert v._pod_template(ctx, None) is None
     for node_name in ("node-one", "the-second-node-longer"):
         made = v.pod(ctx, node_name, "inputs")
         expected = v._render_pod(ctx, node_name, v.pod_name(ctx, node_name), None)
         assert made["metadata"]["labels"]["seen"] == expected["metadata"]["labels"]["seen"]
         assert "stand-in" not in str(made)
+
+
+def test_a_custom_template_branching_on_the_node_is_rendered_per_node() -> None:
+    """A custom template may branch on the node's name in a way no stand-in shows (both stand-ins
+    take the same branch): custom templates are always rendered for each node."""
+    pod = templates("validation")["0500_pod.yaml"].replace(
+        "  labels:\n",
+        "  labels:\n    pool: \"{% if node.startswith('gpu-') %}gpu{% else %}other{% endif %}\"\n",
+        1,
+    )
+    ctx = replace(context(sr(SPEC)), custom={"driver-validation.0500_pod.yaml": pod})
+    v = state("driver-validation")
+    assert v._pod_template(ctx, None) is not None  # the stand-in check alone would let it through
+    assert v.pod(ctx, "gpu-1", "i")["metadata"]["labels"]["pool"] == "gpu"
+    assert v.pod(ctx, "cpu-1", "i")["metadata"]["labels"]["pool"] == "other"

@@ -91,10 +91,11 @@ async def _run(namespace: str, image: str, metrics_port: int, health_port: int, 
             return 0
     metrics.LEADER.set(1)
     http = async_http(user_agent=agent)
-    for counted in (http, lightkube_http(client)):
-        count_requests(counted, lambda verb, resource: metrics.API_REQUESTS.labels(verb, resource).inc())
     # the cache's node reads and patches go through the lightkube client's httpx (the pool above)
-    cache = ClusterCache(http, namespace, writes=lightkube_http(client))
+    writes = lightkube_http(client)
+    for counted in (http, writes):
+        count_requests(counted, lambda verb, resource: metrics.API_REQUESTS.labels(verb, resource).inc())
+    cache = ClusterCache(http, namespace, writes=writes)
     io = SpecialResourceIO(client, cache, namespace, image)
     if elect:
         io.held = election.held  # each batch of a plan's writes is sent only while the lease is held

@@ -122,6 +122,9 @@ def test_daemonset_labels_the_node_and_tracks_features(cluster: LocalCluster, de
 
     # uninstall: stop the agent, then `sro discover --cleanup` with the agent's own service account
     cluster.kubectl("-n", NAMESPACE, "delete", "daemonset", "sro-discovery", "--wait=true", "--timeout=90s")
+    # the DaemonSet goes at once, its pod later (background deletion): one still running would label
+    # the node again after the cleanup, so the cleanup starts only once the agent's pod is gone
+    _until("the agent's pod to go", lambda: not _agent_pods(cluster), cluster)
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -161,6 +164,13 @@ def test_daemonset_labels_the_node_and_tracks_features(cluster: LocalCluster, de
     assert not any(k.startswith(NFD_PREFIX + "cpu-cpuid.") for k in labels)
     assert labels[FOREIGN] == "theirs"
     assert labels.get("kubernetes.io/hostname")  # the kubelet's own labels untouched
+
+
+def _agent_pods(cluster: LocalCluster) -> list[str]:
+    out = cluster.kubectl(
+        "-n", NAMESPACE, "get", "pods", "-l", "app.kubernetes.io/name=sro-discovery", "-o", "name"
+    ).stdout  # fmt: skip
+    return out.split()
 
 
 def _image(manifests: str) -> str:

@@ -100,11 +100,13 @@ def hollow(cluster: LocalCluster, sro_image: str) -> Iterator[LocalCluster]:
         assert out.returncode == 0, out.stdout + out.stderr
         yield cluster
     finally:
-        # the pods on hollow nodes are finalized by their hollow kubelets: the SpecialResources go first
+        # the pods on hollow nodes are finalized by their hollow kubelets: the SpecialResources and sro
+        # (discovery runs on the hollow nodes too) go before the nodes; once a Node is deleted its pods
+        # wait for the pod garbage collector, which kept the namespace's deletion 90 s more
         for name in (LATE, EXAMPLE_SR, SR):
             cluster.kubectl("delete", "sr", name, "--ignore-not-found", "--timeout=180s", check=False)
-        cluster.hollow().stop()
         out = sro(cluster, "uninstall", "--timeout", "180")
+        cluster.hollow().stop()
         assert out.returncode == 0, out.stdout + out.stderr
         left = get_json(cluster, "nodes", "-l", f"{HOLLOW_LABEL}=true")["items"]
         assert not left, f"hollow Node objects left: {[n['metadata']['name'] for n in left]}"

@@ -19,6 +19,7 @@ from sro.api.names import NAMESPACE, NFD_PREFIX
 from sro.local.cluster import LocalCluster
 from sro.manifests import render, render_text
 from sro.node.discovery.publishing import OWNED_ANNOTATION, decode_owned
+from tests.e2e.helpers import get_json
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -27,6 +28,7 @@ FEATURE_FILE = FEATURES_D / "sro-e2e"
 OURS = NFD_PREFIX + "sro-e2e-feature"
 FOREIGN = NFD_PREFIX + "sro-e2e-foreign"  # set by "someone else" before sro starts
 SA = f"system:serviceaccount:{NAMESPACE}:sro-discovery"
+AGENT = "app.kubernetes.io/name=sro-discovery"  # the agent's pods
 
 
 def _node(cluster: LocalCluster) -> tuple[dict[str, str], dict[str, str]]:
@@ -41,7 +43,7 @@ def _until(what: str, check: Callable[[], bool], cluster: LocalCluster, timeout:
             return
         time.sleep(1)
     logs = cluster.kubectl(
-        "-n", NAMESPACE, "logs", "-l", "app.kubernetes.io/name=sro-discovery", "--tail=50", check=False
+        "-n", NAMESPACE, "logs", "-l", AGENT, "--tail=50", check=False
     )  # fmt: skip
     pods = cluster.kubectl("-n", NAMESPACE, "get", "pods", "-o", "wide", check=False).stdout
     pytest.fail(
@@ -124,7 +126,11 @@ def test_daemonset_labels_the_node_and_tracks_features(cluster: LocalCluster, de
     cluster.kubectl("-n", NAMESPACE, "delete", "daemonset", "sro-discovery", "--wait=true", "--timeout=90s")
     # the DaemonSet goes at once, its pod later (background deletion): one still running would label
     # the node again after the cleanup, so the cleanup starts only once the agent's pod is gone
-    _until("the agent's pod to go", lambda: not _agent_pods(cluster), cluster)
+    _until(
+        "the agent's pod to go",
+        lambda: not get_json(cluster, "pods", "-n", NAMESPACE, "-l", AGENT)["items"],
+        cluster,
+    )
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -164,13 +170,6 @@ def test_daemonset_labels_the_node_and_tracks_features(cluster: LocalCluster, de
     assert not any(k.startswith(NFD_PREFIX + "cpu-cpuid.") for k in labels)
     assert labels[FOREIGN] == "theirs"
     assert labels.get("kubernetes.io/hostname")  # the kubelet's own labels untouched
-
-
-def _agent_pods(cluster: LocalCluster) -> list[str]:
-    out = cluster.kubectl(
-        "-n", NAMESPACE, "get", "pods", "-l", "app.kubernetes.io/name=sro-discovery", "-o", "name"
-    ).stdout  # fmt: skip
-    return out.split()
 
 
 def _image(manifests: str) -> str:

@@ -80,6 +80,36 @@ def test_daemonset_of_the_sro_image_runs_and_its_logs_are_readable(
     # and exec into the same pod works
     out = cluster.kubectl("-n", namespace, "exec", pod, "--", "sro", "--version").stdout
     assert "sro" in out
+    # and no module of the image's venv is compiled again by each pod's Python (the root filesystem
+    # is read-only: a stale .pyc is compiled anew on every start, never written)
+    stale = cluster.kubectl("-n", namespace, "exec", pod, "--", "python3", "-c", STALE_BYTECODE).stdout
+    assert stale.split()[0] == "0", stale
+
+
+# Prints how many .py files of the venv Python would compile on import (no .pyc, or a timestamp
+# .pyc whose mtime or size is not its source's), then the count of .py files and a few stale ones.
+STALE_BYTECODE = """
+import importlib.util, os, struct, sys
+site = [p for p in sys.path if p.endswith("site-packages")][0]
+stale, n = [], 0
+for d, _, files in os.walk(site):
+    for f in files:
+        if not f.endswith(".py"):
+            continue
+        n += 1
+        src = os.path.join(d, f)
+        try:
+            with open(importlib.util.cache_from_source(src), "rb") as pyc:
+                head = pyc.read(16)
+        except OSError:
+            stale.append(src)
+            continue
+        flags, mtime, size = struct.unpack("<III", head[4:16])
+        st = os.stat(src)
+        if flags == 0 and (mtime, size) != (int(st.st_mtime) & 0xFFFFFFFF, st.st_size & 0xFFFFFFFF):
+            stale.append(src)
+print(len(stale), n, stale[:5])
+"""
 
 
 def test_in_cluster_client_lists_nodes_and_rbac_refuses_the_rest(

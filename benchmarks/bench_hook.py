@@ -25,6 +25,9 @@ ms after the hook starts), and the same launcher whose Python only execs runc, w
 two-Python wrapper's floor (mode hook: a goal not met names both floors, measured in the same rounds),
 or with a /bin/true hook: a one-Python wrapper's floor (mode cdi, whose ldcache hook is the host's
 ldconfig itself).
+The same active hook is also timed as a node runs it (`sro runtime install`): the host's python3
+(rootmanifest.DEFAULT_PYTHON) importing from the zipapp (bundling), against one start of that
+interpreter; the rows above use this checkout's tree and the bench's interpreter.
 Needs root, runc and busybox; gcc if the simulated driver module is absent.
 """
 
@@ -51,6 +54,7 @@ ROUNDS = int(os.environ.get("SRO_BENCH_ROUNDS", "25"))
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 PY_START = [PYTHON, "-I", "-S", "-c", "pass"]  # one Python start: how the hook and the wrapper start
 PY_SITE = [PYTHON, "-I", "-c", "pass"]  # the same with site and the environment's .pth files
+HOST_PYTHON = "/usr/bin/python3"  # = rootmanifest.DEFAULT_PYTHON: what a node's hook runs with
 
 
 def _driver(base: Path) -> tuple[Path, Path]:
@@ -223,7 +227,7 @@ def _custom_recipes(base: Path) -> tuple[str, ...]:
 
 
 def run() -> list[Figure]:
-    from sro.node.runtime import launcher
+    from sro.node.runtime import bundling, launcher
     from sro.node.runtime.specedits import HookCommand, bootstrap, package_root
 
     base = Path(tempfile.mkdtemp(prefix="sro-bench-hook-"))
@@ -241,6 +245,11 @@ def run() -> list[Figure]:
             base, "hooked-custom", _spec(base, asking, {"prestart": [custom_entry.entry("prestart")]}, alloc)
         )
         idle = _bundle(base, "idle", _spec(base, [], {"prestart": [entry]}))
+        archive = base / "runtime" / bundling.ARCHIVE_NAME  # as `sro runtime install` writes it
+        archive.parent.mkdir(parents=True, exist_ok=True)
+        archive.write_bytes(bundling.build(str(archive)))
+        installed_entry = HookCommand(HOST_PYTHON, opts, root=str(archive)).entry("prestart")
+        installed = _bundle(base, "installed", _spec(base, asking, {"prestart": [installed_entry]}, alloc))
         wrapped = {}
         for mode in ("hook", "cdi"):
             script = base / f"sro-runc-{mode}"
@@ -266,7 +275,8 @@ def run() -> list[Figure]:
         )
         wrap_floor.chmod(0o755)
         state = base / "state"
-        checks = {"hooked": (RUNC, hooked), "hooked-custom": (RUNC, hooked_custom), **wrapped}
+        checks = {"hooked": (RUNC, hooked), "hooked-custom": (RUNC, hooked_custom), "installed": (RUNC, installed),
+                  **wrapped}  # fmt: skip
         for name, (runtime, bundle) in checks.items():
             _check_injected(name, runtime, state, bundle)
         runs = [
@@ -285,7 +295,9 @@ def run() -> list[Figure]:
                     "py-read-hook": _container(RUNC, state, py_read),
                     # mode cdi's floor: one Python process (the wrapper); its hook is no Python
                     "wrap-floor-1": _container(str(wrap_floor), state, floor),
+                    "installed": _container(RUNC, state, installed),
                     "py-start": _command(PY_START),
+                    "host-py-start": _command([HOST_PYTHON, *PY_START[1:]]),
                     "py-site": _command(PY_SITE),
                 }
             )
@@ -385,6 +397,9 @@ def _figures(
     return [
         hook_vs_start("HOOK ACTIVE adds (1 device + 2 libs + 1 bin + ldconfig)", "hooked"),
         hook_vs_floor("HOOK ACTIVE adds, vs a Python hook that does nothing", "hooked"),
+        paired_figure("hook as a node runs it (zipapp, host python3) adds", "ms",
+                      f"one start of {HOST_PYTHON} -I -S -c pass", added("installed"), ms("host-py-start"),
+                      goal=1.5, target="added <= 1.5x one Python start"),
         hook_vs_start("hook with 2 custom recipes installed (fpga + smartnic) adds", "hooked-custom"),
         hook_vs_floor("hook with 2 custom recipes adds, vs a Python hook that does nothing", "hooked-custom"),
         wrap_vs_start("WRAPPER ACTIVE adds (runtime wrapper, mode hook: wrapper + the hook it adds)", "wrap-hook"),

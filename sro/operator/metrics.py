@@ -7,6 +7,7 @@ matching to validated — the figure that says whether GPU nodes join the cluste
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -107,6 +108,10 @@ def forget(sr: str) -> None:
         _upgrade_series.discard(key)
     for key in [k for k in _seen_validated if k[0] == sr]:
         _seen_validated.discard(key)
+    # and its counts: the same name applied again starts from zero (its time to validate counted once)
+    for per_sr in (RECONCILIATIONS, ERRORS, VALIDATION_SECONDS, PASS_SECONDS):
+        with contextlib.suppress(KeyError):  # never observed for this SpecialResource
+            per_sr.remove(sr)
 
 
 def serve(port: int) -> None:

@@ -94,8 +94,15 @@ def test_metrics_count_nodes_per_state_and_time_to_validate_once() -> None:
     assert sample("sro_operator_nodes", specialresource="m", state="validated") == 1
     assert sample("sro_operator_node_validation_seconds_count", specialresource="m") == 1
     assert sample("sro_operator_node_validation_seconds_sum", specialresource="m") == 42
+    metrics.PASS_SECONDS.labels("m").observe(0.1)
     metrics.forget("m")
     assert sample("sro_operator_nodes", specialresource="m", state="driver") is None
+    assert sample("sro_operator_node_validation_seconds_count", specialresource="m") is None
+    assert sample("sro_operator_pass_seconds_count", specialresource="m") is None
+    metrics.forget("m")  # nothing left to forget: no error
+    metrics.record("m", rows, ["driver", "runtime"])  # applied again: its node counted again, once
+    assert sample("sro_operator_node_validation_seconds_count", specialresource="m") == 1
+    metrics.forget("m")
 
 
 def test_quota_rows_show_used_over_hard() -> None:

@@ -168,6 +168,84 @@ SOURCE_FIXES: dict[str, tuple[tuple[str, str, str, str], ...]] = {
             "(syncedPod.DeletionTimestamp != nil && recorded && notRunning(apiPodStatus.ContainerStatuses))\n",
             "a deleted pod's containers are removed after their exit codes are recorded",
         ),
+        # kubernetes#96731, fixed upstream in 1.21 (#97126): every probe worker slept a random part
+        # of its period before its first probe, meant for the burst after a kubelet restart but done
+        # for every new container too, and a container that started between two ticks waited for the
+        # next one: a pod with a 2 s readiness probe turned Ready 0-2 s (at random) after its ready
+        # file, every DaemonSet state and every plain stage of the operator bench alike. Upstream
+        # since: the jitter only within one period of the kubelet's start, and a readiness probe
+        # run at once when the status shows its container running without a result yet
+        (
+            "pkg/kubelet/prober/prober_manager.go",
+            '\t"sync"\n\n',
+            '\t"sync"\n\t"time"\n\n',
+            "probes: the manager knows when the kubelet started (1/9)",
+        ),
+        (
+            "pkg/kubelet/prober/prober_manager.go",
+            "\tprober *prober\n}\n",
+            "\tprober *prober\n\n\t// when this kubelet started (sro: first probes jitter only within a period of it)\n"
+            "\tstart time.Time\n}\n",
+            "probes: the manager knows when the kubelet started (2/9)",
+        ),
+        (
+            "pkg/kubelet/prober/prober_manager.go",
+            "\t\tworkers:          make(map[probeKey]*worker),\n",
+            "\t\tworkers:          make(map[probeKey]*worker),\n\t\tstart:            time.Now(),\n",
+            "probes: the manager knows when the kubelet started (3/9)",
+        ),
+        (
+            "pkg/kubelet/prober/prober_manager.go",
+            "\t\t\t\t_, exists := m.getWorker(podUID, c.Name, readiness)\n\t\t\t\tready = !exists\n",
+            "\t\t\t\tw, exists := m.getWorker(podUID, c.Name, readiness)\n\t\t\t\tready = !exists\n"
+            "\t\t\t\tif exists { // sro: probe it now, as upstream since 1.21\n"
+            "\t\t\t\t\tselect {\n\t\t\t\t\tcase w.manualTriggerCh <- struct{}{}:\n"
+            "\t\t\t\t\tdefault: // one is pending already\n\t\t\t\t\t}\n\t\t\t\t}\n",
+            "probes: a running container without a readiness result is probed at once (4/9)",
+        ),
+        (
+            "pkg/kubelet/prober/worker.go",
+            "\tstopCh chan struct{}\n",
+            "\tstopCh chan struct{}\n\n\t// Channel for a probe now (sro: as upstream since 1.21)\n\tmanualTriggerCh chan struct{}\n",
+            "probes: a worker can be asked for a probe now (5/9)",
+        ),
+        (
+            "pkg/kubelet/prober/worker.go",
+            "\t\tstopCh:       make(chan struct{}, 1), // Buffer so stop() can be non-blocking.\n",
+            "\t\tstopCh:       make(chan struct{}, 1), // Buffer so stop() can be non-blocking.\n"
+            "\t\tmanualTriggerCh: make(chan struct{}, 1),\n",
+            "probes: a worker can be asked for a probe now (6/9)",
+        ),
+        (
+            "pkg/kubelet/prober/worker.go",
+            "\ttime.Sleep(time.Duration(rand.Float64() * float64(probeTickerPeriod)))\n",
+            "\tif probeTickerPeriod > time.Since(w.probeManager.start) { // sro: only after a restart\n"
+            "\t\ttime.Sleep(time.Duration(rand.Float64() * float64(probeTickerPeriod)))\n\t}\n",
+            "probes: the first probe jitters only just after the kubelet started (7/9)",
+        ),
+        (
+            "pkg/kubelet/prober/worker.go",
+            "\t\tcase <-probeTicker.C:\n",
+            "\t\tcase <-probeTicker.C:\n\t\tcase <-w.manualTriggerCh:\n"
+            # the trigger is sent while the kubelet generates the status that shows the container
+            # running, a moment before the status manager holds it (which the probe reads): without
+            # this wait the probe mostly found it not running yet, and waited a period after all
+            "\t\t\tfor i := 0; i < 40 && !w.runningInStatus(); i++ { // sro: at most 2 s\n"
+            "\t\t\t\ttime.Sleep(50 * time.Millisecond)\n\t\t\t}\n",
+            "probes: the worker takes a probe asked for now (8/9)",
+        ),
+        (
+            "pkg/kubelet/prober/worker.go",
+            "func (w *worker) doProbe() (keepGoing bool) {\n",
+            "// sro: whether the status manager shows the container running (what doProbe needs to probe)\n"
+            "func (w *worker) runningInStatus() bool {\n"
+            "\tstatus, ok := w.probeManager.statusManager.GetPodStatus(w.pod.UID)\n"
+            "\tif !ok {\n\t\treturn false\n\t}\n"
+            "\tc, ok := podutil.GetContainerStatus(status.ContainerStatuses, w.container.Name)\n"
+            "\treturn ok && c.State.Running != nil\n}\n\n"
+            "func (w *worker) doProbe() (keepGoing bool) {\n",
+            "probes: a worker can tell that its container runs (9/9)",
+        ),
     ),
     "kube-apiserver": (
         (

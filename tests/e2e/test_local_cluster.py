@@ -201,6 +201,39 @@ spec:
     assert "service-reachable" in log
 
 
+def test_a_readiness_probe_runs_once_the_container_runs_not_a_period_later(
+    cluster: LocalCluster, namespace: str
+) -> None:
+    """kubernetes#96731 (sro/local/kubebuild.py fixes the 1.20 kubelet as 1.21 did): with a 300 s
+    period, a 1.20 kubelet's first probe came at a random point of the period, or a whole period
+    later when the container was not running yet; a current one probes as soon as it runs."""
+    pod = f"""
+apiVersion: v1
+kind: Pod
+metadata: {{name: probed, namespace: {namespace}}}
+spec:
+  terminationGracePeriodSeconds: 0
+  containers:
+    - name: probed
+      image: {BUSYBOX_IMAGE}
+      imagePullPolicy: Never
+      command: ["sh", "-c", "touch /tmp/ready; exec sleep 3600"]
+      readinessProbe:
+        exec: {{command: ["cat", "/tmp/ready"]}}
+        periodSeconds: 300
+"""
+    cluster.kubectl("apply", "-f", "-", input=pod)
+    deadline = time.monotonic() + 60
+    ready = ""
+    while time.monotonic() < deadline and ready != "True":
+        ready = cluster.kubectl(
+            "-n", namespace, "get", "pod", "probed", "-o", 'jsonpath={.status.conditions[?(@.type=="Ready")].status}',
+            check=False,
+        ).stdout  # fmt: skip
+        time.sleep(0.5)
+    assert ready == "True", cluster.kubectl("-n", namespace, "describe", "pod", "probed", check=False).stdout
+
+
 def test_a_custom_resource_takes_zero_values_as_real_clusters_do(cluster: LocalCluster) -> None:
     """An empty string, 0 and false where the schema says string, integer and boolean are values,
     not null (kubernetes#99804: 1.20 built with Go >= 1.16 refused them; sro/local/kubebuild.py

@@ -4,9 +4,12 @@ readable logs, kubectl exec, an in-cluster client with a service account, and RB
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
 
 import pytest
 
@@ -204,9 +207,14 @@ spec:
 def test_a_readiness_probe_runs_once_the_container_runs_not_a_period_later(
     cluster: LocalCluster, namespace: str
 ) -> None:
-    """kubernetes#96731 (sro/local/kubebuild.py fixes the 1.20 kubelet as 1.21 did): with a 300 s
-    period, a 1.20 kubelet's first probe came at a random point of the period, or a whole period
-    later when the container was not running yet; a current one probes as soon as it runs."""
+    """kubernetes#96731 (sro/local/kubebuild.py fixes the 1.20 kubelet as 1.21 did): a 1.20 kubelet's
+    first probe of a new container came at a random point of the probe's period (here 120 s), or a
+    whole period later when the container was not running yet; a current one keeps that jitter for
+    the first period after its own start only, and probes as soon as the container runs."""
+    period = 120
+    pid = cluster.layout.pidfile("kubelet").read_text().split()[0]
+    up = int(subprocess.run(["ps", "-o", "etimes=", "-p", pid], capture_output=True, text=True).stdout)
+    time.sleep(max(0, period + 1 - up))  # a kubelet started within the period still jitters
     pod = f"""
 apiVersion: v1
 kind: Pod
@@ -217,21 +225,30 @@ spec:
     - name: probed
       image: {BUSYBOX_IMAGE}
       imagePullPolicy: Never
-      command: ["sh", "-c", "touch /tmp/ready; exec sleep 3600"]
-      readinessProbe:
-        exec: {{command: ["cat", "/tmp/ready"]}}
-        periodSeconds: 300
+      command: ["sleep", "3600"]
+      readinessProbe:  # ready from the start: only when the probe runs decides when the pod is Ready
+        exec: {{command: ["true"]}}
+        periodSeconds: {period}
 """
     cluster.kubectl("apply", "-f", "-", input=pod)
-    deadline = time.monotonic() + 60
-    ready = ""
-    while time.monotonic() < deadline and ready != "True":
-        ready = cluster.kubectl(
-            "-n", namespace, "get", "pod", "probed", "-o", 'jsonpath={.status.conditions[?(@.type=="Ready")].status}',
-            check=False,
-        ).stdout  # fmt: skip
+    deadline = time.monotonic() + 2 * period
+    status: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        status = json.loads(cluster.kubectl("-n", namespace, "get", "pod", "probed", "-o", "json").stdout)[
+            "status"
+        ]
+        if any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", ())):
+            break
         time.sleep(0.5)
-    assert ready == "True", cluster.kubectl("-n", namespace, "describe", "pod", "probed", check=False).stdout
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True", status
+    started = status["containerStatuses"][0]["state"]["running"]["startedAt"]
+    waited = _epoch(ready["lastTransitionTime"]) - _epoch(started)
+    assert waited <= 20, f"Ready {waited:.0f} s after the container started (probe period {period} s)"
+
+
+def _epoch(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def test_a_custom_resource_takes_zero_values_as_real_clusters_do(cluster: LocalCluster) -> None:

@@ -1,6 +1,6 @@
 """The agents' readiness probes wait for their ready file instead of failing at once.
 
-Why it matters: the kubelet (1.20) probes every periodSeconds from a random start, so a `test -f`
+Why it matters: the kubelet probes as a container starts, then every periodSeconds, so a `test -f`
 probe saw an agent's ready file up to a whole period after it was written, and that delay was paid
 once per state on every node (issue 26: node to validated). The probe now looks every 0.1 s for up
 to 2 s; these tests render each agent's DaemonSet, check that its probe waits for the very file the

@@ -214,7 +214,9 @@ def test_a_readiness_probe_runs_once_the_container_runs_not_a_period_later(
     period = 120
     pid = cluster.layout.pidfile("kubelet").read_text().split()[0]
     up = int(subprocess.run(["ps", "-o", "etimes=", "-p", pid], capture_output=True, text=True).stdout)
-    time.sleep(max(0, period + 1 - up))  # a kubelet started within the period still jitters
+    # a kubelet started within the period still jitters (counted from its probe manager's start,
+    # a moment after the process's: 15 s of margin)
+    time.sleep(max(0, period + 15 - up))
     pod = f"""
 apiVersion: v1
 kind: Pod

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import PAIRS, Figure, paired, paired_figure
+from sro.node.runtime.rootmanifest import DEFAULT_PYTHON
 
 RUNC = "/usr/sbin/runc"
 PYTHON = str(Path(sys.prefix) / "bin" / "python")
@@ -54,7 +55,7 @@ ROUNDS = int(os.environ.get("SRO_BENCH_ROUNDS", "25"))
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 PY_START = [PYTHON, "-I", "-S", "-c", "pass"]  # one Python start: how the hook and the wrapper start
 PY_SITE = [PYTHON, "-I", "-c", "pass"]  # the same with site and the environment's .pth files
-HOST_PYTHON = "/usr/bin/python3"  # = rootmanifest.DEFAULT_PYTHON: what a node's hook runs with
+HOST_PYTHON = DEFAULT_PYTHON  # what a node's hook runs with (`sro runtime install --python`)
 
 
 def _driver(base: Path) -> tuple[Path, Path]:

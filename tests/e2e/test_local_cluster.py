@@ -8,11 +8,11 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import datetime
 from typing import Any
 
 import pytest
 
+from sro.api.timestamps import parse_stamp
 from sro.local.cluster import LocalCluster
 from sro.local.layout import BUSYBOX_IMAGE
 from sro.manifests import render_text
@@ -245,12 +245,10 @@ spec:
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True", status
     started = status["containerStatuses"][0]["state"]["running"]["startedAt"]
-    waited = _epoch(ready["lastTransitionTime"]) - _epoch(started)
+    ready_at, started_at = parse_stamp(ready["lastTransitionTime"]), parse_stamp(started)
+    assert ready_at and started_at, (ready, started)
+    waited = (ready_at - started_at).total_seconds()
     assert waited <= 20, f"Ready {waited:.0f} s after the container started (probe period {period} s)"
-
-
-def _epoch(stamp: str) -> float:
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def test_a_custom_resource_takes_zero_values_as_real_clusters_do(cluster: LocalCluster) -> None:

@@ -61,13 +61,17 @@ def test_the_leaders_writes_are_audited_under_its_pod_name(cluster: LocalCluster
 
     seen: list[AuditEvent] = []
 
-    def status_written() -> bool:
+    def read() -> list[AuditEvent]:
+        """Every event since the cursor, the new ones read from the log."""
         nonlocal cursor
         events, cursor = follow(log, cursor)
         seen.extend(events)
+        return seen
+
+    def status_written() -> bool:
         return any(
             e.resource == "specialresources" and e.name == SR and e.replica is not None and e.accepted
-            for e in seen
+            for e in read()
         )
 
     took = wait_for("the operator's write of the SpecialResource in the audit log", status_written, 120)
@@ -76,10 +80,7 @@ def test_the_leaders_writes_are_audited_under_its_pod_name(cluster: LocalCluster
     def renewed() -> bool:
         """A Lease renewal in what was read: the status write can come well within the leader's 2 s
         renewal period of the cursor (0.5 s once), so the log is followed until one is there."""
-        nonlocal cursor
-        events, cursor = follow(log, cursor)
-        seen.extend(events)
-        return any(e.resource == "leases" and e.name == "sro-operator" and e.is_write for e in seen)
+        return any(e.resource == "leases" and e.name == "sro-operator" and e.is_write for e in read())
 
     wait_for("a Lease renewal in the audit log", renewed, 30)
     ours = [e for e in seen if e.replica is not None and e.is_write]

@@ -93,3 +93,13 @@ def test_the_sro_image_carries_the_simulated_nvml_build(tmp_path: Path) -> None:
     with tarfile.open(layer) as tar:
         lib = tar.extractfile("opt/sro/share/simnvml/libnvidia-ml.so.1")
         assert lib is not None and lib.read(4) == b"\x7fELF"
+
+
+def test_both_image_builds_write_the_venvs_bytecode_unchecked_hash() -> None:
+    """`sro local image` and the Containerfile compile the venv again after pip with the same command
+    (a tar that clamps mtimes leaves pip's timestamp .pyc files stale: every pod compiled again)."""
+    from sro.local.images import _COMPILE_DEPS, PROJECT_ROOT
+
+    assert "--invalidation-mode unchecked-hash" in _COMPILE_DEPS and " -f " in _COMPILE_DEPS
+    containerfile = (PROJECT_ROOT / "Containerfile").read_text()
+    assert f"&& {_COMPILE_DEPS}\n" in containerfile

@@ -5,8 +5,8 @@ that is hundreds of events a second; waking a pass for each would keep the opera
 a cluster that did not change for it. Each job says what it reads of a Node (a `view`), and a
 `NodeWatch` compares only that: a node that appears or goes, or one whose view changed, wakes;
 anything else is ignored. Two views: what a SpecialResource's reconcile reads (`reconcile_view`: its
-labels under the watched prefixes or named by a selector, sro's annotations, taints, cordon, Ready —
-not the heartbeat times) and what the NodeFeatureRule step reads and writes (`rules_view`: labels,
+labels under the watched prefixes or named by a selector, sro's annotations, taints, cordon, Ready,
+the allocatable extended resources — not the heartbeat times) and what the NodeFeatureRule step reads and writes (`rules_view`: labels,
 annotations, taints, capacity). Pure, so it is unit-tested on recorded events.
 """
 
@@ -28,17 +28,20 @@ View = tuple[Any, ...]
 def reconcile_view(body: Mapping[str, Any], keys: frozenset[str] = frozenset()) -> View:
     """What of a Node a reconcile acts on: labels under the watched prefixes or named in `keys`
     (SpecialResources' node selectors, custom recipes' labels), sro's annotations, taints, cordon,
-    Ready."""
+    Ready, and the allocatable extended resources (`domain/name`: a device plugin's devices, which
+    a workload validation waits for)."""
     md = body.get("metadata") or {}
     labels = md.get("labels") or {}
     annotations = md.get("annotations") or {}
     spec = body.get("spec") or {}
+    allocatable = (body.get("status") or {}).get("allocatable") or {}
     return (
         tuple(sorted((k, v) for k, v in labels.items() if k.startswith(WATCHED_PREFIXES) or k in keys)),
         tuple(sorted((k, v) for k, v in annotations.items() if k.startswith(PREFIX))),
         tuple(sorted(repr(sorted(t.items())) for t in spec.get("taints") or ())),
         bool(spec.get("unschedulable")),
         node_ready(body),
+        tuple(sorted((k, str(v)) for k, v in allocatable.items() if "/" in k)),
     )
 
 

@@ -37,6 +37,8 @@ class NodeInfo:
     annotations: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Mapping[str, Any], ...] = ()
     capacity: Mapping[str, str] = field(default_factory=dict)  # status.capacity (extended resources)
+    # status.allocatable: what the scheduler places against (a device plugin's healthy devices)
+    allocatable: Mapping[str, str] = field(default_factory=dict)
     resource_version: str = ""
     uid: str = ""
     unschedulable: bool = False  # cordoned
@@ -167,6 +169,7 @@ def node_from_json(doc: Mapping[str, Any]) -> NodeInfo:
         annotations=dict(md.get("annotations") or {}),
         taints=tuple(dict(t) for t in spec.get("taints") or ()),
         capacity={k: str(v) for k, v in (status.get("capacity") or {}).items()},
+        allocatable={k: str(v) for k, v in (status.get("allocatable") or {}).items()},
         resource_version=md.get("resourceVersion") or "",
         uid=md.get("uid", ""),
         unschedulable=bool(spec.get("unschedulable")),

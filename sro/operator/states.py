@@ -332,9 +332,7 @@ class ValidationState(State):
         state with stand-in names, then copied with the node's names put in (`_pod_template`): at
         1,000 nodes a pass that starts 700 validations spent 4-5 s rendering the same template 700
         times. A custom template is rendered for each node: it may branch on the node's name."""
-        resource = None
-        if ctx.recipe.pools:  # a device in a pool is announced under the pool's resource only
-            resource = validation_resource(ctx.recipe.announced_resources, capacity or {})
+        resource = self._pool_resource(ctx, capacity or {})
         name = self.pod_name(ctx, node)
         template = None
         if not ctx.overrides(self.name):
@@ -350,6 +348,32 @@ class ValidationState(State):
         obj["metadata"]["name"] = name
         obj["metadata"].setdefault("annotations", {})[INPUTS_ANNOTATION] = inputs
         return obj
+
+    @staticmethod
+    def _pool_resource(ctx: Context, capacity: Mapping[str, str]) -> str | None:
+        """The pool resource the workload check asks a device of; None: the recipe's own."""
+        if ctx.recipe.pools:  # a device in a pool is announced under the pool's resource only
+            return validation_resource(ctx.recipe.announced_resources, capacity)
+        return None
+
+    def held(self, ctx: Context, node: NodeInfo) -> Readiness | None:
+        """Why the node's new validation pod waits (None: it does not). The workload check asks the
+        scheduler for one device, which the node offers only once its allocatable shows it: the
+        kubelet posts what the device plugin registered at its next status update (up to its status
+        period, 10 s by default, after the plugin is ready). A pod created before that is refused and
+        tried again only after the scheduler's back-off (1 s, 2 s, ...); the pod waits for the node
+        instead, and the node's update wakes the pass that creates it (`nodewatch.reconcile_view`)."""
+        if self.check != "workload":
+            return None
+        resource = self._pool_resource(ctx, node.capacity) or ctx.recipe.resource
+        if _quantity(node.allocatable.get(resource, "")) > 0:
+            return None
+        return Readiness(
+            False,
+            "WaitingForDevices",
+            f"the node has no allocatable {resource} yet: its device plugin has not registered a "
+            "healthy device, or the kubelet has not posted it",
+        )
 
     def _render_pod(self, ctx: Context, node: str, name: str, resource: str | None) -> dict[str, Any]:
         values: dict[str, Any] = {"name": name, "node": node, "check": self.check}
@@ -394,11 +418,9 @@ class ValidationState(State):
 
     def readiness(self, ctx: Context, node: NodeInfo, pods: Sequence[PodInfo], now: datetime) -> Readiness:
         pod = self.current(ctx, node.name, pods)
-        if (
-            pod is None
-            or pod.deleting
-            or pod.annotations.get(INPUTS_ANNOTATION) != self.inputs(ctx, node.name, pods)
-        ):
+        if pod is None or pod.annotations.get(INPUTS_ANNOTATION) != self.inputs(ctx, node.name, pods):
+            return self.held(ctx, node) or Readiness(False, "Validating", "validation pod (re)created")
+        if pod.deleting:
             return Readiness(False, "Validating", "validation pod (re)created")
         if pod.phase == "Succeeded":
             return Readiness(True, message=skipped_note(ctx, pod.verdict))

@@ -122,7 +122,7 @@ def walk(
             current = state.current(ctx, node.name, pods)
             if current is not None:
                 deletes.append(current.name)  # same name: the new one is created once it is gone
-            else:
+            elif state.held(ctx, node) is None:
                 creates.append(state.pod(ctx, node.name, state.inputs(ctx, node.name, pods), node.capacity))
         verdict = state.readiness(ctx, node, pods, now)
         if not verdict.ready:

@@ -85,3 +85,21 @@ def test_a_node_selector_key_outside_the_prefixes_is_watched_once_a_pass_read_it
     assert watch.changed(relabelled, deleted=False)
     watch.forget("gpus")
     assert watch.keys == frozenset()
+
+
+def test_a_device_resource_in_the_allocatable_wakes_it_cpu_and_memory_do_not() -> None:
+    """A workload validation waits for its device in the node's allocatable: the kubelet's status
+    update that posts it must wake the pass that creates the pod."""
+    watch = NodeWatch()
+    node = _node()
+    node["status"]["allocatable"] = {"cpu": "2", "memory": "8Gi"}
+    watch.changed(node, deleted=False)
+    memory = copy.deepcopy(node)
+    memory["status"]["allocatable"]["memory"] = "7Gi"
+    assert not watch.changed(memory, deleted=False)
+    posted = copy.deepcopy(memory)
+    posted["status"]["allocatable"]["sro.dev/simulated-gpu"] = "8"
+    assert watch.changed(posted, deleted=False)
+    unhealthy = copy.deepcopy(posted)
+    unhealthy["status"]["allocatable"]["sro.dev/simulated-gpu"] = "7"
+    assert watch.changed(unhealthy, deleted=False)

@@ -42,6 +42,7 @@ NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
 SR = "gpus"
 OPT_IN = "sro.dev/simulated-gpu.enabled"
 COUNT = "sro.dev/simulated-gpu.count"
+RESOURCE = "sro.dev/simulated-gpu"
 IMAGE = "localhost/sro:test"
 
 
@@ -64,10 +65,12 @@ REV = driver_revision(context())  # the default spec's driver revision: the node
 
 def node(name: str, kernel: str = "6.1.0-13-amd64", opt_in: bool = True, **labels: str) -> NodeInfo:
     all_labels = {"kubernetes.io/hostname": name, KERNEL_LABEL: kernel, **labels}
-    if opt_in:  # a selected node, running the default driver revision
+    allocatable = {}
+    if opt_in:  # a selected node, running the default driver revision, its devices allocatable
         all_labels[OPT_IN] = "true"
         all_labels[driver_revision_label(SR)] = REV
-    return NodeInfo(name=name, labels=all_labels)
+        allocatable[RESOURCE] = labels.get(COUNT, "8")
+    return NodeInfo(name=name, labels=all_labels, allocatable=allocatable)
 
 
 def ready_pod(state: str, on: str, uid: str = "") -> PodInfo:
@@ -281,6 +284,30 @@ def test_a_node_that_is_not_ready_keeps_its_states_until_it_reports_again() -> N
     # it reports again: judged as before, and it walks on
     back = reconcile(observed([a], pods), NS, NOW + timedelta(seconds=60))
     assert [c["metadata"]["labels"]["sro.dev/state"] for c in back.create_pods] == [DEVICE_PLUGIN_VALIDATION]
+
+
+def test_the_workload_validation_waits_for_a_device_in_the_nodes_allocatable() -> None:
+    """The device plugin is ready before the kubelet has posted its devices: a pod asking one would
+    be refused by the scheduler and retried after its back-off, so none is made until the node's
+    allocatable shows one; the row says what it waits for. Only the creation waits: a pod that
+    already passed keeps its verdict while the devices are unhealthy."""
+    a = replace(node("a", **{COUNT: "8"}), allocatable={"cpu": "2", RESOURCE: "0"})
+    pods = [ready_pod(DRIVER, "a")]
+    pods.append(validation_pod(observed([a], pods), DRIVER_VALIDATION, "a"))
+    pods += [ready_pod(RUNTIME, "a"), ready_pod(DEVICE_PLUGIN, "a")]
+    plan = reconcile(observed([a], pods), NS, NOW)
+    assert not plan.create_pods
+    row = plan.rows[0]
+    assert row.failing == DEVICE_PLUGIN_VALIDATION and row.reason == "WaitingForDevices"
+    assert RESOURCE in row.message
+    posted = replace(a, allocatable={"cpu": "2", RESOURCE: "8"})
+    plan = reconcile(observed([posted], pods), NS, NOW + timedelta(seconds=1))
+    assert [c["metadata"]["labels"]["sro.dev/state"] for c in plan.create_pods] == [DEVICE_PLUGIN_VALIDATION]
+    pods.append(validation_pod(observed([posted], pods), DEVICE_PLUGIN_VALIDATION, "a"))
+    pods.append(ready_pod(MONITORING, "a"))
+    unhealthy = replace(posted, allocatable={"cpu": "2", RESOURCE: "0"})
+    plan = reconcile(observed([unhealthy], pods), NS, NOW + timedelta(seconds=2))
+    assert plan.rows[0].validated and not plan.create_pods and not plan.delete_pods
 
 
 def test_feature_discovery_waits_for_the_device_count_label() -> None:

@@ -2,9 +2,9 @@
 
 Thin on purpose: a pass is `observe` (sro/operator/cluster) → `reconcile` (pure) → `carry_out`
 (sro/operator/cluster); a deleted SpecialResource is `remains` → `teardown.plan` (pure) → the same
-`carry_out`. The daemon sleeps until the plan's requeue time or until a pod of its SpecialResource, or what the
-reconcile reads of a node (`nodewatch`: its selection, kernel/OS and sro labels, taints, cordon),
-changes — so a state that becomes ready on a node is acted on within a second, a thousand kubelets'
+`carry_out`. The daemon sleeps until the plan's requeue time or until a pod of its SpecialResource (at once when
+the walk acts on the change: `podwatch`), or what the reconcile reads of a node (`nodewatch`: its
+selection, kernel/OS and sro labels, taints, cordon, devices), changes — so a state that becomes ready on a node is acted on within a second, a thousand kubelets'
 status updates wake nothing, and nothing polls faster than it must. Nodes and pods are watched once
 for the whole operator by `sro.operator.cluster.cache`; a pass reads its records instead of listing the
 cluster. One broken node never stops the others, because each step of a plan is carried out
@@ -31,6 +31,7 @@ from sro.operator.identity import identified
 from sro.operator.nodewatch import NodeWatch
 from sro.operator.observed import SpecialResourceInfo, sr_from_json
 from sro.operator.plan import Plan
+from sro.operator.podwatch import LATER, PodWatch
 from sro.operator.reconcile import reconcile
 from sro.operator.remediation import metrics as remediation_metrics
 from sro.operator.wakeloop import WakeLoop, one_line
@@ -71,6 +72,8 @@ class Operator:
         self.io = io
         self.wake: dict[str, asyncio.Event] = {}
         self.nodes = NodeWatch()
+        self.pods = PodWatch()
+        self._later: dict[str, asyncio.TimerHandle] = {}  # per SpecialResource: a pod event's wake-up
         self._generations: dict[str, int] = {}
         # the refusal last logged per SpecialResource (uid, reason, message): said once, not every
         # pass, even while its status cannot be written (the pass is then retried every 3 s)
@@ -160,9 +163,25 @@ class Operator:
                 self.poke(sr)
 
     def pod_event(self, kind: str, body: Mapping[str, Any] | None) -> None:
-        """A pod of a SpecialResource changed: wake that SpecialResource's pass (all after a fresh list)."""
-        labels = ((body or {}).get("metadata") or {}).get("labels") or {}
-        self.poke(None if body is None else labels.get(SPECIALRESOURCE_LABEL, ""))
+        """A pod of a SpecialResource changed: wake that SpecialResource's pass (all after a fresh
+        list) at once when the walk acts on the change, `podwatch.LATER` seconds on otherwise."""
+        if body is None:
+            self.poke()
+            return
+        sr = str(((body.get("metadata") or {}).get("labels") or {}).get(SPECIALRESOURCE_LABEL, ""))
+        later = self._later.pop(sr, None)
+        if self.pods.urgent(kind, body):
+            if later is not None:
+                later.cancel()  # the pass now reads what that event changed too
+            self.poke(sr)
+        elif later is not None:
+            self._later[sr] = later  # one wake-up already set for it
+        else:
+            self._later[sr] = asyncio.get_running_loop().call_later(LATER, self._poke_later, sr)
+
+    def _poke_later(self, sr: str) -> None:
+        self._later.pop(sr, None)
+        self.poke(sr)
 
 
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"

@@ -19,8 +19,9 @@ from functools import partial
 from typing import Any
 
 from lightkube import ApiError, Client, codecs
+from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import Namespace, Pod, ServiceAccount
+from lightkube.resources.core_v1 import ConfigMap, Namespace, Pod, Secret, ServiceAccount
 
 from benchmarks.harness import poll
 from sro.api.names import (
@@ -171,3 +172,107 @@ def remove_namespace(client: Client) -> None:
         return
     client.delete(Namespace, FLOOR_NS)
     _poll_until("the floor namespace to be gone", lambda: _gone(client, Namespace, FLOOR_NS), 180)
+
+
+# ---- a Kubernetes floor: the first pod on a node to mount a ConfigMap or Secret -------------------
+# The kubelet reads a pod's ConfigMaps and Secrets through a watch per object, and the API server's
+# node authorizer lets it only once its graph links the node to the object through a pod bound
+# there. A pod that is the node's first to mount an object races that graph: a refused first list,
+# the kubelet's reflector backing off (~1 s), the volume's mount retried after 0.5 s
+# (`no relationship found between node ... and this object`, then `failed to sync configmap cache`
+# in its log; kubernetes/kubernetes#133269 is the same race in a 2025 cluster). The states' pods
+# are such pods (the driver's and the device plugin's ConfigMaps, the exporter's token Secret), the
+# plain stages' are not. Measured here, in rounds alternating which pod goes first: the same `sleep`
+# pod bare, with a ConfigMap made for it, with a Secret made for it, each created -> Ready.
+OWN_KINDS = ("ConfigMap", "Secret")
+STAGE_COMPONENT = {
+    DRIVER: "driver",
+    RUNTIME: "runtime",
+    DEVICE_PLUGIN: "device-plugin",
+    MONITORING: "monitoring",
+}
+
+
+def own_mounts() -> dict[str, tuple[str, ...]]:
+    """Per stage, the kinds of object its pod mounts that no earlier stage's pod mounts (rendered
+    from the states' templates): a ConfigMap, or its service account's token (a Secret in 1.20)."""
+    from sro.manifests import render
+
+    seen: set[tuple[str, str]] = set()
+    out: dict[str, tuple[str, ...]] = {}
+    for stage, component in STAGE_COMPONENT.items():
+        docs = render(component, recipe="simulated-gpu", image="x", namespace="x", pull_policy="Never",
+                      name=f"sro-bench-{component}", plugin_config_map="sro-bench-device-plugin")  # fmt: skip
+        (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
+        spec = ds["spec"]["template"]["spec"]
+        mounts = {
+            ("ConfigMap", v["configMap"]["name"]) for v in spec.get("volumes") or () if "configMap" in v
+        }
+        mounts |= {("Secret", v["secret"]["secretName"]) for v in spec.get("volumes") or () if "secret" in v}
+        if spec.get("automountServiceAccountToken"):
+            mounts.add(("Secret", f"token of {spec.get('serviceAccountName', 'default')}"))
+        out[stage] = tuple(sorted({kind for kind, _ in mounts - seen}))
+        seen |= mounts
+    return out
+
+
+def _volume_pod(name: str, image: str, node_name: str, kind: str, obj: str) -> Any:
+    volumes, mounts = [], []
+    if kind:
+        source = {"configMap": {"name": obj}} if kind == "ConfigMap" else {"secret": {"secretName": obj}}
+        volumes = [{"name": "v", **source}]
+        mounts = [{"name": "v", "mountPath": "/v", "readOnly": True}]
+    return codecs.from_dict(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": FLOOR_NS},
+            "spec": {
+                "nodeName": node_name,
+                "automountServiceAccountToken": False,
+                "enableServiceLinks": False,
+                "terminationGracePeriodSeconds": 1,
+                "tolerations": [{"operator": "Exists"}],
+                "volumes": volumes,
+                "containers": [
+                    {"name": "c", "image": image, "imagePullPolicy": "Never",
+                     "command": ["sh", "-c", "exec sleep infinity"], "volumeMounts": mounts}
+                ],
+            },
+        }
+    )  # fmt: skip
+
+
+def _pod_ready(client: Client, name: str) -> bool:
+    status = client.get(Pod, name, namespace=FLOOR_NS).status
+    return status is not None and any(
+        c.type == "Ready" and c.status == "True" for c in status.conditions or []
+    )
+
+
+def own_object_floor(client: Client, image: str, node_name: str, rounds: int) -> dict[str, list[float]]:
+    """Seconds created -> Ready of the same pod bare ("") and with an object of each OWN_KINDS made
+    for it, `rounds` of each; the order rotates per round."""
+    ensure_namespace(client)
+    out: dict[str, list[float]] = {k: [] for k in ("", *OWN_KINDS)}
+    stamp = int(time.time())
+    for n in range(rounds):
+        kinds = ("", *OWN_KINDS)
+        for kind in kinds[n % 3 :] + kinds[: n % 3]:
+            obj = f"floor-own-{kind.lower()}-{stamp}-{n}"
+            if kind == "ConfigMap":
+                client.create(ConfigMap(metadata=ObjectMeta(name=obj, namespace=FLOOR_NS), data={"k": "v"}))
+            elif kind == "Secret":
+                client.create(
+                    Secret(metadata=ObjectMeta(name=obj, namespace=FLOOR_NS), stringData={"k": "v"})
+                )
+            name = f"floor-own-{kind.lower() or 'none'}-{n}"
+            t = time.monotonic()
+            client.create(_volume_pod(name, image, node_name, kind, obj))
+            poll(f"pod {name} Ready", partial(_pod_ready, client, name), 60, 0.05)
+            out[kind].append(time.monotonic() - t)
+            client.delete(Pod, name, namespace=FLOOR_NS)
+            _poll_until(f"pod {name} gone", partial(_gone, client, Pod, name, FLOOR_NS), 60)
+            if kind:
+                client.delete(ConfigMap if kind == "ConfigMap" else Secret, obj, namespace=FLOOR_NS)
+    return out

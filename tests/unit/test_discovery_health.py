@@ -1,10 +1,12 @@
 """Discovery carries the device plugins' health reports into the NodeFeature: every pass, and
-between passes within about a second of a report changing (without a rescan)."""
+between passes within about a second of a report changing (without a rescan, unless a plugin came or
+went: then its devices' labels are scanned again at once)."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -116,6 +118,45 @@ def test_a_changed_report_is_republished_within_two_seconds(tmp_path: Path) -> N
         ].faults:
             assert time.monotonic() - t0 < 2.5
             time.sleep(0.02)
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+    assert not thread.is_alive()
+
+
+def test_a_plugin_that_starts_makes_a_rescan_a_changed_fault_does_not(tmp_path: Path) -> None:
+    """The first report of a recipe means its devices just came up: the features are scanned again
+    at once (the host changed here between the passes, and the NodeFeature shows it); a later change
+    of the same recipe's report is carried with the features as they were."""
+    host = _host(tmp_path)
+    api = FakeNodeFeatures()
+    stop = threading.Event()
+    thread = _daemon(host, api, stop, interval=600.0)  # no timed pass during the test
+
+    def os_id() -> str:
+        doc = api.objects[("sro-system", "n1")]
+        return str(doc["spec"]["features"]["attributes"]["system.osrelease"]["elements"]["ID"])
+
+    def wait_for(check: Callable[[], bool]) -> None:
+        t0 = time.monotonic()
+        while not check():
+            assert time.monotonic() - t0 < 2.5, "not republished in time"
+            time.sleep(0.02)
+
+    try:
+        wait_for(lambda: ("sro-system", "n1") in api.objects)
+        assert os_id() == "debian"
+        (tmp_path / "etc/os-release").write_text("ID=ubuntu\nVERSION_ID=24.04\n")
+        healthreport.write_report(health_dir(host), REPORT)
+        wait_for(lambda: bool(healthreport.reports_from_nodefeature(api.objects[("sro-system", "n1")])))
+        assert os_id() == "ubuntu"  # scanned again
+        (tmp_path / "etc/os-release").write_text("ID=debian\nVERSION_ID=12.4\n")
+        healed = HealthReport(**{**REPORT.__dict__, "faults": (), "updated": "2026-11-26T02:01:00Z"})
+        healthreport.write_report(health_dir(host), healed)
+        wait_for(lambda: not healthreport.reports_from_nodefeature(api.objects[("sro-system", "n1")])[
+            "simulated-gpu"
+        ].faults)  # fmt: skip
+        assert os_id() == "ubuntu"  # the same plugin's news: no rescan
     finally:
         stop.set()
         thread.join(timeout=5)

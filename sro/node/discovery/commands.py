@@ -255,8 +255,12 @@ def _wait_republishing(
             return woke == "stop"
         if doc is None:  # no NodeFeature this pass (labels only, or the API failed): a pass now
             return False
+        before = health.recipes
+        reports = health.reports()
+        if health.recipes != before:  # a plugin came or went: its devices' labels may change, a pass now
+            return False
         try:
-            nodefeatures.publish(with_health(doc, health.reports()))
+            nodefeatures.publish(with_health(doc, reports))
         except Exception as e:  # the next pass retries it
             log.warning("publishing node %s's health reports failed: %s", node_name, e)
 

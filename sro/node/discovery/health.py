@@ -8,7 +8,11 @@ and merges them into the NodeFeature's features (`to_features`: strings only, NF
 Why a 1 s poll besides the pass: a pass comes every `core.sleepInterval` (60 s by default), but a
 fault should reach the operator in a second or two, so between passes the daemon stats the reports
 every `POLL` seconds (a few stat() calls) and, when one changed, republishes the NodeFeature with the
-new reports and the features of the last pass (no rescan). A missing directory is no reports.
+new reports and the features of the last pass (no rescan). A report of a recipe that had none (its
+device plugin just started) or one that went makes a whole pass at once instead: that recipe's
+devices have just come up or gone, and their labels (the device count the operator's
+feature-discovery state waits for) would otherwise wait for the next pass. A missing directory is no
+reports.
 """
 
 from __future__ import annotations
@@ -44,11 +48,14 @@ class HealthWatch:
         self.directory = directory
         self.poll = poll
         self._seen: tuple[tuple[str, int, int], ...] | None = None
+        self.recipes: frozenset[str] = frozenset()  # whose plugins reported, as last read
 
     def reports(self) -> list[HealthReport]:
         """Every valid report now (and remember what was read, for `changed`)."""
         self._seen = snapshot(self.directory)
-        return read_reports(self.directory)
+        found = read_reports(self.directory)
+        self.recipes = frozenset(r.recipe for r in found)
+        return found
 
     def changed(self) -> bool:
         return snapshot(self.directory) != self._seen

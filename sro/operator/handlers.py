@@ -2,10 +2,11 @@
 
 Thin on purpose: a pass is `observe` (sro/operator/cluster) → `reconcile` (pure) → `carry_out`
 (sro/operator/cluster); a deleted SpecialResource is `remains` → `teardown.plan` (pure) → the same
-`carry_out`. The daemon sleeps until the plan's requeue time or until a pod of its SpecialResource (at once when
-the walk acts on the change: `podwatch`), or what the reconcile reads of a node (`nodewatch`: its
-selection, kernel/OS and sro labels, taints, cordon, devices), changes — so a state that becomes ready on a node is acted on within a second, a thousand kubelets'
-status updates wake nothing, and nothing polls faster than it must. Nodes and pods are watched once
+`carry_out`. The daemon sleeps until the plan's requeue time or until a pod of its SpecialResource
+(at once when the walk acts on the change: `podwatch`), or what the reconcile reads of a node
+(`nodewatch`: its selection, kernel/OS and sro labels, taints, cordon, devices), changes — so a
+state that becomes ready on a node is acted on within a second, a thousand kubelets' status updates
+wake nothing, and nothing polls faster than it must. Nodes and pods are watched once
 for the whole operator by `sro.operator.cluster.cache`; a pass reads its records instead of listing the
 cluster. One broken node never stops the others, because each step of a plan is carried out
 independently. A pass that raises (a bug, input nobody foresaw)

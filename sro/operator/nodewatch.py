@@ -6,8 +6,8 @@ a cluster that did not change for it. Each job says what it reads of a Node (a `
 `NodeWatch` compares only that: a node that appears or goes, or one whose view changed, wakes;
 anything else is ignored. Two views: what a SpecialResource's reconcile reads (`reconcile_view`: its
 labels under the watched prefixes or named by a selector, sro's annotations, taints, cordon, Ready,
-the allocatable extended resources — not the heartbeat times) and what the NodeFeatureRule step reads and writes (`rules_view`: labels,
-annotations, taints, capacity). Pure, so it is unit-tested on recorded events.
+the allocatable extended resources — not the heartbeat times) and what the NodeFeatureRule step
+reads and writes (`rules_view`: labels, annotations, taints, capacity). Pure, so it is unit-tested on recorded events.
 """
 
 from __future__ import annotations

@@ -166,7 +166,8 @@ class Operator:
     def pod_event(self, kind: str, body: Mapping[str, Any] | None) -> None:
         """A pod of a SpecialResource changed: wake that SpecialResource's pass (all after a fresh
         list) at once when the walk acts on the change, `podwatch.LATER` seconds on otherwise."""
-        if body is None:
+        if body is None:  # a fresh list: every pass runs, and pods gone meanwhile are forgotten
+            self.pods = PodWatch()
             self.poke()
             return
         sr = str(((body.get("metadata") or {}).get("labels") or {}).get(SPECIALRESOURCE_LABEL, ""))

@@ -18,6 +18,8 @@ import pytest
 from sro.api.names import NAMESPACE, NFD_PREFIX
 from sro.local.cluster import LocalCluster
 from sro.manifests import render, render_text
+from sro.nfd.ownership import RULES_OWNED_ANNOTATION
+from sro.nfd.ownership import decode_owned as rules_owned
 from sro.node.discovery.publishing import OWNED_ANNOTATION, decode_owned
 from tests.e2e.helpers import get_json
 
@@ -61,6 +63,14 @@ def deployed(cluster: LocalCluster, sro_image: str) -> Iterator[str]:
     }
     manifests = render_text("discovery", **values, sleep_interval="2s")
     objects = [d for d in render("discovery", **values) if d]
+    # the operator's NodeFeatureRule step may have left the labels it applied, with its record, from
+    # an earlier test or benchmark (`sro uninstall` keeps feature labels): the agent rightly leaves
+    # another owner's labels alone, so the node starts without them, as `sro discover --cleanup` does
+    labels, annotations = _node(cluster)
+    applied = [f"{k}-" for k in rules_owned(annotations.get(RULES_OWNED_ANNOTATION)).labels if k in labels]
+    if applied or RULES_OWNED_ANNOTATION in annotations:
+        cluster.kubectl("label", "node", cluster.node_name, *applied)
+        cluster.kubectl("annotate", "node", cluster.node_name, f"{RULES_OWNED_ANNOTATION}-")
     FEATURES_D.mkdir(parents=True, exist_ok=True)
     FEATURE_FILE.write_text(f"# sro e2e\n{OURS.removeprefix(NFD_PREFIX)}=present\n{FOREIGN}=ours\n")
     cluster.kubectl("label", "node", cluster.node_name, f"{FOREIGN}=theirs", "--overwrite")

@@ -109,7 +109,6 @@ READY_FILES = {
     MONITORING: (b"exporter", "/run/sro-exporter/ready"),
 }
 SpecialResource = create_global_resource(GROUP, VERSION, KIND, PLURAL)
-OWN_MOUNTS = own_mounts()  # per state: the kinds of object its pod is the node's first to mount
 
 # what the upgrade, remediation and chaos benchmarks import from here, by these names
 _pod_done = is_pod_done
@@ -366,7 +365,7 @@ def _print_breakdown(
                 if started and s in agents
                 else ""
             )
-            row.append(", ".join(OWN_MOUNTS.get(s, ())))
+            row.append(", ".join(own_mounts().get(s, ())))
         else:
             row += ["", "", "", "-", "-", "", ""]
         table.add_row(*row)
@@ -406,7 +405,7 @@ def _floor(
             f"its agent's own start in its pod {start:.2f} s (importing {AGENTS[state]} {imported * 1000:.0f} ms "
             f"vs {bare * 1000:.0f} ms for a bare python)"
         )
-    for kind in OWN_MOUNTS.get(state, ()):
+    for kind in own_mounts().get(state, ()):
         with_it, shared = statistics.median(own[kind]), statistics.median(own[""])
         if with_it > shared:
             seconds += with_it - shared

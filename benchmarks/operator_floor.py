@@ -12,6 +12,7 @@ device plugin's probe (the stage they follow).
 from __future__ import annotations
 
 import copy
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -56,13 +57,21 @@ class FloorRun:
     delete: float = 0.0
 
 
-def stage_probe(stage: str) -> dict[str, Any]:
-    """The readiness probe of `stage`'s state DaemonSet (simulated-gpu), aimed at READY_FILE."""
+@functools.cache
+def _state_pod_spec(component: str) -> dict[str, Any]:
+    """The pod spec of `component`'s state DaemonSet, rendered for simulated-gpu with stand-in names
+    (read only: copy what is changed)."""
     from sro.manifests import render
 
-    docs = render(PROBE_OF[stage], recipe="simulated-gpu", image="x", namespace="x", pull_policy="Never")
+    docs = render(component, recipe="simulated-gpu", image="x", namespace="x", pull_policy="Never",
+                  name=f"sro-bench-{component}", plugin_config_map="sro-bench-device-plugin")  # fmt: skip
     (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
-    probe = copy.deepcopy(ds["spec"]["template"]["spec"]["containers"][0]["readinessProbe"])
+    return dict(ds["spec"]["template"]["spec"])
+
+
+def stage_probe(stage: str) -> dict[str, Any]:
+    """The readiness probe of `stage`'s state DaemonSet (simulated-gpu), aimed at READY_FILE."""
+    probe = copy.deepcopy(_state_pod_spec(PROBE_OF[stage])["containers"][0]["readinessProbe"])
     command = probe["exec"]["command"]
     if command[:2] != ["sh", "-c"]:
         raise RuntimeError(f"benchmark: {PROBE_OF[stage]}'s probe is no longer a file check: {command}")
@@ -185,9 +194,9 @@ def remove_namespace(client: Client) -> None:
 # plain stages' are not (they mount their namespace's token, which the earlier stages' pods mount).
 # Measured here, in rounds alternating which pod goes first: the same `sleep` pod with a ConfigMap
 # that a running pod on the node mounts already, with a ConfigMap made for it, with a Secret made for
-# it, each created -> Ready. The race
-# is lost only sometimes (5 of the 15 states' pods of one bench run, by the kubelet's log), so the
-# median says what it costs a pod on this machine, not what it cost a given run.
+# it, each created -> Ready. The race is lost only sometimes (5 of the 15 states' pods of one bench
+# run, by the kubelet's log), so the median says what it costs a pod on this machine, not what it
+# cost a given run.
 OWN_KINDS = ("ConfigMap", "Secret")
 STAGE_COMPONENT = {
     DRIVER: "driver",
@@ -197,22 +206,17 @@ STAGE_COMPONENT = {
 }
 
 
+@functools.cache
 def own_mounts() -> dict[str, tuple[str, ...]]:
     """Per stage, the kinds of object its pod mounts that no earlier stage's pod mounts (rendered
     from the states' templates): a ConfigMap, or its service account's token (a Secret in 1.20)."""
-    from sro.manifests import render
-
     seen: set[tuple[str, str]] = set()
     out: dict[str, tuple[str, ...]] = {}
     for stage, component in STAGE_COMPONENT.items():
-        docs = render(component, recipe="simulated-gpu", image="x", namespace="x", pull_policy="Never",
-                      name=f"sro-bench-{component}", plugin_config_map="sro-bench-device-plugin")  # fmt: skip
-        (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
-        spec = ds["spec"]["template"]["spec"]
-        mounts = {
-            ("ConfigMap", v["configMap"]["name"]) for v in spec.get("volumes") or () if "configMap" in v
-        }
-        mounts |= {("Secret", v["secret"]["secretName"]) for v in spec.get("volumes") or () if "secret" in v}
+        spec = _state_pod_spec(component)
+        volumes = spec.get("volumes") or ()
+        mounts = {("ConfigMap", v["configMap"]["name"]) for v in volumes if "configMap" in v}
+        mounts |= {("Secret", v["secret"]["secretName"]) for v in volumes if "secret" in v}
         if spec.get("automountServiceAccountToken"):
             mounts.add(("Secret", f"token of {spec.get('serviceAccountName', 'default')}"))
         out[stage] = tuple(sorted({kind for kind, _ in mounts - seen}))
@@ -221,11 +225,8 @@ def own_mounts() -> dict[str, tuple[str, ...]]:
 
 
 def _volume_pod(name: str, image: str, node_name: str, kind: str, obj: str) -> Any:
-    volumes, mounts = [], []
-    if kind:
-        source = {"configMap": {"name": obj}} if kind == "ConfigMap" else {"secret": {"secretName": obj}}
-        volumes = [{"name": "v", **source}]
-        mounts = [{"name": "v", "mountPath": "/v", "readOnly": True}]
+    """A `sleep` pod, scheduled onto the node, that mounts the ConfigMap or Secret `obj`."""
+    source = {"configMap": {"name": obj}} if kind == "ConfigMap" else {"secret": {"secretName": obj}}
     return codecs.from_dict(
         {
             "apiVersion": "v1",
@@ -239,21 +240,36 @@ def _volume_pod(name: str, image: str, node_name: str, kind: str, obj: str) -> A
                 "enableServiceLinks": False,
                 "terminationGracePeriodSeconds": 1,
                 "tolerations": [{"operator": "Exists"}],
-                "volumes": volumes,
+                "volumes": [{"name": "v", **source}],
                 "containers": [
                     {"name": "c", "image": image, "imagePullPolicy": "Never",
-                     "command": ["sh", "-c", "exec sleep infinity"], "volumeMounts": mounts}
+                     "command": ["sh", "-c", "exec sleep infinity"],
+                     "volumeMounts": [{"name": "v", "mountPath": "/v", "readOnly": True}]}
                 ],
             },
         }
     )  # fmt: skip
 
 
-def _pod_ready(client: Client, name: str) -> bool:
-    status = client.get(Pod, name, namespace=FLOOR_NS).status
-    return status is not None and any(
-        c.type == "Ready" and c.status == "True" for c in status.conditions or []
+def _object(kind: str, name: str) -> Any:
+    meta = ObjectMeta(name=name, namespace=FLOOR_NS)
+    return (
+        ConfigMap(metadata=meta, data={"k": "v"})
+        if kind == "ConfigMap"
+        else Secret(metadata=meta, stringData={"k": "v"})
     )
+
+
+def _ready_in(client: Client, image: str, node_name: str, name: str, kind: str, obj: str) -> float:
+    """Seconds from creating the pod to its Ready."""
+    t = time.monotonic()
+    client.create(_volume_pod(name, image, node_name, kind, obj))
+
+    def ready() -> bool:
+        return pod_done(client.get(Pod, name, namespace=FLOOR_NS), node_name)
+
+    poll(f"pod {name} Ready", ready, 60, 0.05)
+    return time.monotonic() - t
 
 
 def own_object_floor(client: Client, image: str, node_name: str, rounds: int) -> dict[str, list[float]]:
@@ -263,29 +279,18 @@ def own_object_floor(client: Client, image: str, node_name: str, rounds: int) ->
     ensure_namespace(client)
     out: dict[str, list[float]] = {k: [] for k in ("", *OWN_KINDS)}
     stamp = int(time.time())
-    shared = f"floor-own-shared-{stamp}"
-    client.create(ConfigMap(metadata=ObjectMeta(name=shared, namespace=FLOOR_NS), data={"k": "v"}))
-    holder = "floor-own-holder"
-    client.create(_volume_pod(holder, image, node_name, "ConfigMap", shared))
-    poll(f"pod {holder} Ready", partial(_pod_ready, client, holder), 60, 0.05)
+    shared, holder = f"floor-own-shared-{stamp}", "floor-own-holder"
+    client.create(_object("ConfigMap", shared))
+    _ready_in(client, image, node_name, holder, "ConfigMap", shared)
     try:
         for n in range(rounds):
             kinds = ("", *OWN_KINDS)
             for kind in kinds[n % 3 :] + kinds[: n % 3]:
                 obj = f"floor-own-{kind.lower()}-{stamp}-{n}" if kind else shared
-                if kind == "ConfigMap":
-                    client.create(
-                        ConfigMap(metadata=ObjectMeta(name=obj, namespace=FLOOR_NS), data={"k": "v"})
-                    )
-                elif kind == "Secret":
-                    client.create(
-                        Secret(metadata=ObjectMeta(name=obj, namespace=FLOOR_NS), stringData={"k": "v"})
-                    )
+                if kind:
+                    client.create(_object(kind, obj))
                 name = f"floor-own-{kind.lower() or 'shared'}-{n}"
-                t = time.monotonic()
-                client.create(_volume_pod(name, image, node_name, kind or "ConfigMap", obj))
-                poll(f"pod {name} Ready", partial(_pod_ready, client, name), 60, 0.05)
-                out[kind].append(time.monotonic() - t)
+                out[kind].append(_ready_in(client, image, node_name, name, kind or "ConfigMap", obj))
                 client.delete(Pod, name, namespace=FLOOR_NS)
                 _poll_until(f"pod {name} gone", partial(_gone, client, Pod, name, FLOOR_NS), 60)
                 if kind:

@@ -171,14 +171,12 @@ class Operator:
             self.poke()
             return
         sr = str(((body.get("metadata") or {}).get("labels") or {}).get(SPECIALRESOURCE_LABEL, ""))
-        later = self._later.pop(sr, None)
         if self.pods.urgent(kind, body):
+            later = self._later.pop(sr, None)
             if later is not None:
                 later.cancel()  # the pass now reads what that event changed too
             self.poke(sr)
-        elif later is not None:
-            self._later[sr] = later  # one wake-up already set for it
-        else:
+        elif sr not in self._later:  # else one wake-up is already set for it
             self._later[sr] = asyncio.get_running_loop().call_later(LATER, self._poke_later, sr)
 
     def _poke_later(self, sr: str) -> None:

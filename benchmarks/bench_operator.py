@@ -22,7 +22,10 @@ pod (and its import against a bare Python start); for the states whose pod is th
 mount a ConfigMap or a Secret (the driver's and the device plugin's configs, the exporter's token),
 the extra time of such a pod over one whose ConfigMap is mounted there already
 (`operator_floor.own_object_floor`: the kubelet's watch
-of the object races the API server's node authorizer).
+of the object races the API server's node authorizer). For the validation states, read from each run:
+whether the kubelet's relist saw the pod Running before it Succeeded (a run-to-completion pod is
+reported at the first relist after its end, a plain stage's at the first after its start), and for
+the workload validation the wait for the device in the node's allocatable.
 
 Runs alternate in SRO_BENCH_PAIRS pairs (operator, floor, floor, operator, ...: `harness.paired`);
 every figure is the median with the min-max of the per-pair ratios. Memory: VmRSS of the leading
@@ -54,6 +57,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.harness import PAIRS, Figure, paired, paired_figure, poll, rss_mib
+from benchmarks.kubeletlog import log_end, pod_mount_waits
 from benchmarks.operator_floor import (
     POD_STAGES,
     FloorRun,
@@ -65,6 +69,7 @@ from benchmarks.operator_floor import (
 )
 from benchmarks.operator_floor import pod_done as is_pod_done
 from benchmarks.procmem import agent_start, bare_python_rss, cgroup_mib, pod_process
+from sro.api.builtin_recipes import SIMULATED_GPU
 from sro.api.names import (
     DEVICE_PLUGIN,
     DEVICE_PLUGIN_VALIDATION,
@@ -108,6 +113,11 @@ READY_FILES = {
     DEVICE_PLUGIN: (b"device-plugin", "/run/sro-device-plugin/ready"),
     MONITORING: (b"exporter", "/run/sro-exporter/ready"),
 }
+# the run-to-completion states (their floors: `_validation_floor`), and the device the last one asks for
+VALIDATIONS = (DRIVER_VALIDATION, DEVICE_PLUGIN_VALIDATION)
+RESOURCE = str(SIMULATED_GPU["resource"])
+# a mount the kubelet waited this long for lost the node authorizer's race (won: ~1 ms)
+MOUNT_RACE_LOST = 0.1
 SpecialResource = create_global_resource(GROUP, VERSION, KIND, PLURAL)
 
 # what the upgrade, remediation and chaos benchmarks import from here, by these names
@@ -141,6 +151,14 @@ class OperatorRun:
     cgroup_mib: float | None
     # per agent state: seconds from its process's start to its ready file (the agent's own start)
     agent_start: dict[str, float]
+    # per validation state: seconds from its pod first seen Running to it seen Succeeded (0 when never
+    # seen Running: the kubelet's relist found it started and gone at once); see `_relist_floor`
+    relist: dict[str, float]
+    # per state whose pod is the node's first to mount an object: the kubelet's wait to mount it
+    mount_wait: dict[str, float]
+    # seconds from the device plugin's pod seen Ready to the device seen in the node's allocatable
+    # (the kubelet's next node status), None when the device was never seen missing in this run
+    allocatable_wait: float | None
 
 
 def _poll_until(what: str, check: Callable[[], bool], timeout: float = TIMEOUT) -> float:
@@ -237,8 +255,17 @@ def _agent_import_floor(pairs: int) -> dict[str, tuple[float, float]]:
 # ---- measured run --------------------------------------------------------------------------------
 def _node_meta(client: Client, name: str) -> tuple[dict[str, str], dict[str, str]]:
     """The node's (labels, annotations)."""
-    meta = client.get(Node, name).metadata
-    return (dict(meta.labels or {}), dict(meta.annotations or {})) if meta else ({}, {})
+    labels, annotations, _ = _node_facts(client, name)
+    return labels, annotations
+
+
+def _node_facts(client: Client, name: str) -> tuple[dict[str, str], dict[str, str], int]:
+    """The node's (labels, annotations, the simulated GPUs in its allocatable)."""
+    node = client.get(Node, name)
+    meta, status = node.metadata, node.status
+    allocatable = (status.allocatable or {}) if status else {}
+    devices = int(allocatable.get(RESOURCE, "0"))
+    return (dict(meta.labels or {}), dict(meta.annotations or {}), devices) if meta else ({}, {}, devices)
 
 
 def _parse_reached(value: str) -> dict[str, str]:
@@ -258,7 +285,11 @@ def _operator_run(cluster: Any, client: Client) -> OperatorRun:
     reached: dict[str, str] = {}
     pod_seen: dict[str, float] = {}
     pod_done: dict[str, float] = {}
+    pod_running: dict[str, float] = {}
+    device_missing, device_seen = False, None
     uids: dict[str, str] = {}
+    kubelet_log = cluster.layout.log("kubelet")
+    since = log_end(kubelet_log)
     _poll_until(
         f"node {node_name} without {SR}'s labels (left by an earlier run)",
         lambda: validated_label(SR) not in _node_meta(client, node_name)[0],
@@ -271,8 +302,12 @@ def _operator_run(cluster: Any, client: Client) -> OperatorRun:
         client.create(obj)
 
     def validated() -> bool:
-        labels, annotations = _node_meta(client, node_name)
+        nonlocal device_missing, device_seen
+        labels, annotations, devices = _node_facts(client, node_name)
         now = time.monotonic() - t0
+        device_missing = device_missing or not devices
+        if devices and device_missing and device_seen is None:
+            device_seen = now
         if ann_key in annotations:
             seen.setdefault(SELECTED, now)
             reached.update(_parse_reached(annotations[ann_key]))
@@ -286,12 +321,21 @@ def _operator_run(cluster: Any, client: Client) -> OperatorRun:
                 uids[state] = pod.metadata.uid
             if is_pod_done(pod, node_name):
                 pod_done.setdefault(state, now)
+            elif pod.status is not None and pod.status.phase == "Running" and state in VALIDATIONS:
+                pod_running.setdefault(state, now)
         if labels.get(validated_label(SR)) == "true":
             seen.setdefault(VALIDATED, now)
             return True
         return False
 
     total = _poll_until(f"node {node_name} validated for {SR}", validated)
+    relist = {
+        s: pod_done[s] - pod_running[s] if s in pod_running and s in pod_done else 0.0 for s in VALIDATIONS
+    }
+    plugin_ready = pod_done.get(DEVICE_PLUGIN)
+    allocatable_wait = (
+        max(0.0, device_seen - plugin_ready) if device_seen is not None and plugin_ready is not None else None
+    )
     # a step seen in the same poll as the next: it gets the next one's time
     later = seen[VALIDATED]
     for s in reversed(STEPS):
@@ -312,8 +356,24 @@ def _operator_run(cluster: Any, client: Client) -> OperatorRun:
     pid = _operator_process(_leader(client).metadata.uid)
     rss, cgroup = rss_mib(pid), cgroup_mib(pid)
     agents = {s: agent_start(uids[s], *READY_FILES[s]) for s in READY_FILES if s in uids}
+    mounting = {s: uids[s] for s, kinds in own_mounts().items() if kinds and s in uids}
+    by_uid = pod_mount_waits(kubelet_log, since, mounting.values())
+    mount_wait = {s: by_uid[uid] for s, uid in mounting.items()}
     delete = _delete_sr(cluster, client)
-    return OperatorRun(total, steps, annotated, pod_seen, pod_done, delete, rss, cgroup, agents)
+    return OperatorRun(
+        total,
+        steps,
+        annotated,
+        pod_seen,
+        pod_done,
+        delete,
+        rss,
+        cgroup,
+        agents,
+        relist,
+        mount_wait,
+        allocatable_wait,
+    )
 
 
 # ---- report --------------------------------------------------------------------------------------
@@ -343,7 +403,8 @@ def _print_breakdown(
     med = statistics.median
     table = Table(title=f"operator: time in each state ({len(ops)} pairs with the plain DaemonSets; medians)")
     cols = ("step", "what", "operator", "(annotation)", "pod seen", "pod done", "labelled", "plain stage",
-            "ratio [min-max]", "agent start (import/python)", "first to mount")  # fmt: skip
+            "ratio [min-max]", "agent start (import/python)", "first to mount",
+            "a relist later (runs) / device allocatable")  # fmt: skip
     for col in cols:
         table.add_column(col, justify="left" if col in ("step", "what") else "right")
     for s in STEPS:
@@ -365,13 +426,14 @@ def _print_breakdown(
                 if started and s in agents
                 else ""
             )
-            row.append(", ".join(own_mounts().get(s, ())))
+            row.append(_mount_column(s, ops))
+            row.append(_validation_column(s, ops))
         else:
-            row += ["", "", "", "-", "-", "", ""]
+            row += ["", "", "", "-", "-", "", "", ""]
         table.add_row(*row)
     totals = [r.total / f.total for r, f in zip(ops, floors, strict=True)]
     table.add_row("total", "created -> node validated", f"{med(r.total for r in ops):.2f} s", "", "", "",
-                  "", f"{med(f.total for f in floors):.2f} s", _spread(totals), "", "")  # fmt: skip
+                  "", f"{med(f.total for f in floors):.2f} s", _spread(totals), "", "", "")  # fmt: skip
     console = Console(file=sys.stderr)
     if not console.is_terminal:
         console = Console(file=sys.stderr, width=220)
@@ -389,13 +451,39 @@ def _print_breakdown(
     )  # fmt: skip
 
 
+def _mount_column(state: str, ops: list[OperatorRun]) -> str:
+    """The kinds of object `state`'s pod is the node's first to mount, with the kubelet's median
+    wait to mount them (in how many runs it lost the authorizer's race)."""
+    kinds = own_mounts().get(state, ())
+    if not kinds:
+        return ""
+    waits = [r.mount_wait.get(state, 0.0) for r in ops]
+    lost = sum(1 for w in waits if w >= MOUNT_RACE_LOST)
+    return f"{', '.join(kinds)} +{statistics.median(waits):.2f} s ({lost}/{len(ops)})"
+
+
+def _validation_column(state: str, ops: list[OperatorRun]) -> str:
+    """The breakdown's cell of `_validation_floor`'s parts: the median relist penalty (in how many
+    runs a relist fell while the validation ran), and for the workload validation the wait for the
+    device in the node's allocatable."""
+    if state not in VALIDATIONS:
+        return ""
+    relists = [r.relist[state] for r in ops]
+    cell = f"+{statistics.median(relists):.2f} s ({sum(1 for t in relists if t)}/{len(ops)})"
+    waits = [r.allocatable_wait for r in ops if r.allocatable_wait is not None]
+    if state == DEVICE_PLUGIN_VALIDATION and waits:
+        cell += f" / {statistics.median(waits):.2f} s"
+    return cell
+
+
 def _floor(
     state: str, ops: list[OperatorRun], agents: dict[str, tuple[float, float]], own: dict[str, list[float]]
 ) -> tuple[float, list[str]]:
     """What `state`'s pod pays that a plain stage's `sleep` does not, measured in this run: its
     agent's own start in its pod (process start -> ready file), and for each kind of object it is
-    the node's first pod to mount (`operator_floor.own_mounts`) the extra time of such a pod over a
-    pod mounting one that is mounted there already. (seconds, each part in words)."""
+    the node's first pod to mount (`operator_floor.own_mounts`) the kubelet's wait to mount it in
+    each run (`kubeletlog`); for a validation, `_validation_floor`.
+    (seconds, each part in words)."""
     seconds, parts = 0.0, []
     started = [r.agent_start[state] for r in ops if state in r.agent_start]
     if started and state in agents:
@@ -405,16 +493,51 @@ def _floor(
             f"its agent's own start in its pod {start:.2f} s (importing {AGENTS[state]} {imported * 1000:.0f} ms "
             f"vs {bare * 1000:.0f} ms for a bare python)"
         )
-    for kind in own_mounts().get(state, ()):
-        with_it, shared = statistics.median(own[kind]), statistics.median(own[""])
-        if with_it > shared:
-            seconds += with_it - shared
-            parts.append(
-                f"the node's first pod to mount its {kind} (the kubelet's watch of it races the node "
-                f"authorizer): +{with_it - shared:.2f} s ({with_it:.2f} s vs {shared:.2f} s for one already mounted there, "
-                f"created -> Ready, median of {len(own[kind])})"
-            )
+    if state in VALIDATIONS:
+        more, said = _validation_floor(state, ops)
+        seconds += more
+        parts += said
+    kinds = own_mounts().get(state, ())
+    waits = [r.mount_wait.get(state, 0.0) for r in ops]
+    if kinds and statistics.median(waits) >= MOUNT_RACE_LOST:
+        wait, lost = statistics.median(waits), sum(1 for w in waits if w >= MOUNT_RACE_LOST)
+        shared = statistics.median(own[""])
+        seconds += wait
+        parts.append(
+            f"the kubelet waited {wait:.2f} s (median; lost in {lost} of {len(ops)} runs) to mount its "
+            f"{' and '.join(kinds)}, its pod being the node's first to mount it (its watch's first list refused "
+            "by the node authorizer, retried after the reflector's back-off; a `sleep` pod made so here: "
+            + ", ".join(f"{kind} {statistics.median(own[kind]):.2f} s" for kind in kinds)
+            + f" vs {shared:.2f} s for one already mounted there, created -> Ready, medians of {len(own[''])})"
+        )
     return seconds, parts
+
+
+def _validation_floor(state: str, ops: list[OperatorRun]) -> tuple[float, list[str]]:
+    """What a validation state's pod pays that a plain stage's does not, read from each run (the
+    median of the runs' sums; each part in words). The kubelet learns of a container's start and
+    of its exit by its relist (every second, PLEG): a plain stage's pod is Ready at the first relist
+    after its start; a run-to-completion pod is Succeeded at the first relist after its exit, so
+    when a relist falls while it runs (seen here as the pod Running, then Succeeded), it is reported
+    a whole relist later. The workload validation's pod also asks the scheduler for a device, which
+    it cannot place before the kubelet's node status (every second here) put the device plugin's
+    devices in the node's allocatable (`ValidationState.held` creates it then)."""
+    relists = [r.relist[state] for r in ops]
+    waits = [(r.allocatable_wait or 0.0) if state == DEVICE_PLUGIN_VALIDATION else 0.0 for r in ops]
+    parts = []
+    if statistics.median(relists):
+        parts.append(
+            f"its pod seen Running, then Succeeded a relist later, in {sum(1 for t in relists if t)} of "
+            f"{len(ops)} runs (the kubelet reports a pod's end at its first relist after it; a relist fell "
+            f"while the validation ran): +{statistics.median(relists):.2f} s median"
+        )
+    if statistics.median(waits):
+        parts.append(
+            f"the device in the node's allocatable {statistics.median(waits):.2f} s (median) after the device "
+            "plugin's pod was Ready (the kubelet's node status; the scheduler cannot place the pod before)"
+        )
+    # counted only with the words that say why (a median of sums over parts whose medians are 0 is not)
+    return (statistics.median(a + b for a, b in zip(relists, waits, strict=True)) if parts else 0.0), parts
 
 
 def _why(

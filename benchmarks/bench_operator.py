@@ -16,13 +16,13 @@ Baseline (`operator_floor`): the six stages the operator runs pods for on the no
 DaemonSets of the same image with the same readiness probes as the states' DaemonSets (taken from
 their rendered templates), created one after another, each waited until its pod is Ready. It is what
 any controller pays to run six pods in sequence on this node; the target (issue 26) is the operator
-at most 1.0x it, and no state slower than its plain stage unless a floor shows why. Two floors are
+at most 1.0x it, and no state slower than its plain stage unless a floor shows why. These floors are
 measured in the same run: for the states whose pod runs a Python agent, the agent's own start in its
 pod (and its import against a bare Python start); for the states whose pod is the node's first to
 mount a ConfigMap or a Secret (the driver's and the device plugin's configs, the exporter's token),
-the extra time of such a pod over one whose ConfigMap is mounted there already
-(`operator_floor.own_object_floor`: the kubelet's watch
-of the object races the API server's node authorizer). For the validation states, read from each run:
+the kubelet's wait to mount it, read from its log in each run (`kubeletlog`: its watch of the
+object races the API server's node authorizer; `operator_floor.own_object_floor` shows the same race
+for a bare `sleep` pod in a side experiment). For the validation states, read from each run:
 whether the kubelet's relist saw the pod Running before it Succeeded (a run-to-completion pod is
 reported at the first relist after its end, a plain stage's at the first after its start), and for
 the workload validation the wait for the device in the node's allocatable.
@@ -152,7 +152,7 @@ class OperatorRun:
     # per agent state: seconds from its process's start to its ready file (the agent's own start)
     agent_start: dict[str, float]
     # per validation state: seconds from its pod first seen Running to it seen Succeeded (0 when never
-    # seen Running: the kubelet's relist found it started and gone at once); see `_relist_floor`
+    # seen Running: the kubelet's relist found it started and gone at once); see `_validation_floor`
     relist: dict[str, float]
     # per state whose pod is the node's first to mount an object: the kubelet's wait to mount it
     mount_wait: dict[str, float]
@@ -253,12 +253,6 @@ def _agent_import_floor(pairs: int) -> dict[str, tuple[float, float]]:
 
 
 # ---- measured run --------------------------------------------------------------------------------
-def _node_meta(client: Client, name: str) -> tuple[dict[str, str], dict[str, str]]:
-    """The node's (labels, annotations)."""
-    labels, annotations, _ = _node_facts(client, name)
-    return labels, annotations
-
-
 def _node_facts(client: Client, name: str) -> tuple[dict[str, str], dict[str, str], int]:
     """The node's (labels, annotations, the simulated GPUs in its allocatable)."""
     node = client.get(Node, name)
@@ -292,7 +286,7 @@ def _operator_run(cluster: Any, client: Client) -> OperatorRun:
     since = log_end(kubelet_log)
     _poll_until(
         f"node {node_name} without {SR}'s labels (left by an earlier run)",
-        lambda: validated_label(SR) not in _node_meta(client, node_name)[0],
+        lambda: validated_label(SR) not in _node_facts(client, node_name)[0],
         120,
     )
     specialresource = codecs.load_all_yaml(EXAMPLE.read_text())

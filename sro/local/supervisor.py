@@ -34,9 +34,19 @@ def _start_time(pid: int) -> int | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
+    return stat_start_time(stat)
+
+
+def stat_start_time(stat: str) -> int | None:
+    """The start time in /proc/<pid>/stat's text; None once the process is gone.
+
+    A zombie is gone, unless other threads of it are still exiting: a Go daemon's main thread
+    becomes a zombie first, and its sockets stay open until its last thread is done, so a restart
+    that went on then found the old scheduler's port still listening, owned by no process (seen
+    once in a benchmark's restart of kube-scheduler)."""
     # the command name may contain spaces and parentheses: split after the last ')'
     fields = stat.rsplit(")", 1)[1].split()
-    if fields[0] == "Z":
+    if fields[0] == "Z" and int(fields[17]) <= 1:  # field 20, num_threads
         return None
     return int(fields[19])
 

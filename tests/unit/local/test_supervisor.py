@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -64,3 +66,25 @@ def test_up_refuses_a_daemon_of_the_same_kind_it_did_not_start(tmp_path: Path) -
     finally:
         stray.kill()
         stray.wait()
+
+
+def test_a_zombie_whose_other_threads_still_exit_is_not_gone_yet() -> None:
+    """A daemon's main thread can be a zombie while its other threads still hold its sockets: it is
+    gone only once they are done (a restart before then found the old port still listening)."""
+    code = (
+        "import ctypes, threading, time\n"
+        "threading.Thread(target=time.sleep, args=(1.0,)).start()\n"
+        "ctypes.CDLL(None).pthread_exit(None)\n"  # the main thread ends, the other goes on
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 5
+        while Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the main thread did not end"
+            time.sleep(0.01)
+        assert supervisor._start_time(proc.pid) is not None  # its other thread still runs
+        while supervisor._start_time(proc.pid) is not None:
+            assert time.monotonic() < deadline, "the process never counted as gone"
+            time.sleep(0.01)
+    finally:
+        assert proc.wait(5) == 0

@@ -1,6 +1,6 @@
 """Discovery carries the device plugins' health reports into the NodeFeature: every pass, and
-between passes within about a second of a report changing (without a rescan, unless a plugin came or
-went: then its devices' labels are scanned again at once)."""
+between passes within about a second of a report changing (without a rescan, unless a plugin came,
+went or restarted: then its devices' labels are scanned again at once)."""
 
 from __future__ import annotations
 
@@ -157,6 +157,57 @@ def test_a_plugin_that_starts_makes_a_rescan_a_changed_fault_does_not(tmp_path: 
             "simulated-gpu"
         ].faults)  # fmt: skip
         assert os_id() == "ubuntu"  # the same plugin's news: no rescan
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+    assert not thread.is_alive()
+
+
+def test_a_report_written_again_saying_the_same_is_a_restarted_plugin(tmp_path: Path) -> None:
+    """A running plugin writes only what changed; one that starts writes at once, over the report its
+    predecessor left when it stopped: the same words written again mean a plugin (re)started."""
+    d = tmp_path / "health"
+    watch = HealthWatch(d, poll=0.01)
+    healthreport.write_report(d, REPORT)
+    assert watch.reports() == [REPORT] and watch.restarted == frozenset()
+    assert watch.reports() == [REPORT] and watch.restarted == frozenset()  # read again, not written
+    again = HealthReport(**{**REPORT.__dict__, "updated": "2026-11-26T03:00:00Z"})
+    healthreport.write_report(d, again)
+    watch.reports()
+    assert watch.restarted == {"simulated-gpu"}
+    healed = HealthReport(**{**REPORT.__dict__, "faults": (), "updated": "2026-11-26T03:01:00Z"})
+    healthreport.write_report(d, healed)
+    watch.reports()
+    assert watch.restarted == frozenset()  # news from the running plugin
+
+
+def test_a_plugin_that_restarts_over_its_predecessors_report_makes_a_rescan(tmp_path: Path) -> None:
+    """The report a stopped plugin left stays (a SpecialResource deleted and made again): the new
+    plugin's first report, saying the same, still scans the features again at once."""
+    host = _host(tmp_path)
+    healthreport.write_report(health_dir(host), REPORT)  # left by the plugin before
+    api = FakeNodeFeatures()
+    stop = threading.Event()
+    thread = _daemon(host, api, stop, interval=600.0)  # no timed pass during the test
+
+    def os_id() -> str:
+        doc = api.objects[("sro-system", "n1")]
+        return str(doc["spec"]["features"]["attributes"]["system.osrelease"]["elements"]["ID"])
+
+    try:
+        t0 = time.monotonic()
+        while ("sro-system", "n1") not in api.objects:
+            assert time.monotonic() - t0 < 5
+            time.sleep(0.02)
+        assert os_id() == "debian"
+        (tmp_path / "etc/os-release").write_text("ID=ubuntu\nVERSION_ID=24.04\n")
+        healthreport.write_report(
+            health_dir(host), HealthReport(**{**REPORT.__dict__, "updated": "2026-11-26T03:00:00Z"})
+        )
+        t0 = time.monotonic()
+        while os_id() != "ubuntu":
+            assert time.monotonic() - t0 < 2.5, "not scanned again in time"
+            time.sleep(0.02)
     finally:
         stop.set()
         thread.join(timeout=5)

@@ -257,8 +257,8 @@ def _wait_republishing(
             return False
         before = health.recipes
         reports = health.reports()
-        if health.recipes != before:  # a plugin came or went: its devices' labels may change, a pass now
-            return False
+        if health.recipes != before or health.restarted:  # a plugin came, went or restarted: its
+            return False  # devices' labels may change, a pass now
         try:
             nodefeatures.publish(with_health(doc, reports))
         except Exception as e:  # the next pass retries it

@@ -9,7 +9,8 @@ Why a 1 s poll besides the pass: a pass comes every `core.sleepInterval` (60 s b
 fault should reach the operator in a second or two, so between passes the daemon stats the reports
 every `POLL` seconds (a few stat() calls) and, when one changed, republishes the NodeFeature with the
 new reports and the features of the last pass (no rescan). A report of a recipe that had none (its
-device plugin just started) or one that went makes a whole pass at once instead: that recipe's
+device plugin just started), one that went, or one written again saying what it said (a plugin that
+restarted, over the report the one before left) makes a whole pass at once instead: that recipe's
 devices have just come up or gone, and their labels (the device count the operator's
 feature-discovery state waits for) would otherwise wait for the next pass. A missing directory is no
 reports.
@@ -23,7 +24,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sro.devices.healthreport import HealthReport, merge_features, read_reports, snapshot, to_features
+from sro.devices.healthreport import (
+    HealthReport,
+    merge_features,
+    read_reports,
+    report_path,
+    snapshot,
+    to_features,
+)
 from sro.host.root import HostRoot
 
 POLL = 1.0
@@ -48,13 +56,29 @@ class HealthWatch:
         self.directory = directory
         self.poll = poll
         self._seen: tuple[tuple[str, int, int], ...] | None = None
+        self._last: dict[str, tuple[HealthReport, int]] = {}  # recipe -> (report, its file's mtime)
         self.recipes: frozenset[str] = frozenset()  # whose plugins reported, as last read
+        self.restarted: frozenset[str] = frozenset()  # whose plugins (re)started since the read before
 
     def reports(self) -> list[HealthReport]:
         """Every valid report now (and remember what was read, for `changed`)."""
         self._seen = snapshot(self.directory)
+        mtimes = {name: mtime for name, mtime, _ in self._seen}
         found = read_reports(self.directory)
-        self.recipes = frozenset(r.recipe for r in found)
+        last = {r.recipe: (r, mtimes.get(report_path(self.directory, r.recipe).name, 0)) for r in found}
+        # A running plugin writes its report only when what it says changes; one that starts writes
+        # it at once. So a report written again saying the same is a plugin that (re)started — also
+        # over the report its predecessor left behind when it stopped (a SpecialResource deleted and
+        # made again), which `recipes` cannot tell from a report that stayed.
+        self.restarted = frozenset(
+            recipe
+            for recipe, (report, mtime) in last.items()
+            if recipe in self._last
+            and self._last[recipe][1] != mtime
+            and self._last[recipe][0].same_content(report)
+        )
+        self._last = last
+        self.recipes = frozenset(last)
         return found
 
     def changed(self) -> bool:

@@ -3,12 +3,13 @@ time in each state, against the same stages as plain DaemonSets measured in pair
 
 Measured run: examples/simulated-gpu.yaml's SpecialResource created with the same in-process client the
 plain chain creates its DaemonSets with (`kubectl apply` would add its own start, reading the API's
-OpenAPI schema and a GET, ~0.4 s here, to the operator's side only), then the Node is read every 0.2 s until
-`sro.dev/simulated-gpu.validated=true`. Each step's time is when our poll first saw it (the reached
-annotation for `selected`, then each `sro.dev/simulated-gpu.<state>=ready` label, then `validated`)
-minus the previous step's; the operator's own record, the node annotation `sro.dev/<sr>.reached`, is
-shown next to it (RFC3339, whole seconds). The same polls list the SpecialResource's pods, which
-splits each pod state into: its pod seen (the operator created it), the pod Ready or Succeeded (the
+OpenAPI schema and a GET, ~0.4 s here, to the operator's side only), then the Node is read every
+0.05 s (`STEP_POLL`, as the plain chain's pods are) until `sro.dev/simulated-gpu.validated=true`.
+Each step's time is when our poll first saw it (the reached annotation for `selected`, then each
+`sro.dev/simulated-gpu.<state>=ready` label, then `validated`) minus the previous step's; the
+operator's own record, the node annotation `sro.dev/<sr>.reached`, is shown next to it (RFC3339,
+whole seconds). Every 0.2 s the same polls list the SpecialResource's pods, which splits each pod
+state into: its pod seen (the operator created it), the pod Ready or Succeeded (the
 kubelet ran it), the node labelled (the operator noticed). Then the SpecialResource is deleted and
 timed until it is gone with all its pods (its finalizer removes everything).
 
@@ -60,6 +61,7 @@ from benchmarks.harness import PAIRS, Figure, paired, paired_figure, poll, rss_m
 from benchmarks.kubeletlog import log_end, pod_mount_waits
 from benchmarks.operator_floor import (
     POD_STAGES,
+    STEP_POLL,
     FloorRun,
     ensure_namespace,
     floor_run,
@@ -295,8 +297,10 @@ def _operator_run(cluster: Any, client: Client) -> OperatorRun:
     for obj in specialresource:
         client.create(obj)
 
+    pods_next = 0.0
+
     def validated() -> bool:
-        nonlocal device_missing, device_seen
+        nonlocal device_missing, device_seen, pods_next
         labels, annotations, devices = _node_facts(client, node_name)
         now = time.monotonic() - t0
         device_missing = device_missing or not devices
@@ -308,6 +312,12 @@ def _operator_run(cluster: Any, client: Client) -> OperatorRun:
         for s, key in keys.items():
             if labels.get(key) == "ready":
                 seen.setdefault(s, now)
+        if labels.get(validated_label(SR)) == "true":
+            seen.setdefault(VALIDATED, now)
+            return True
+        if now < pods_next:  # the node every STEP_POLL, its pods (the breakdown) every POLL
+            return False
+        pods_next = now + POLL
         for pod in client.list(Pod, namespace=NAMESPACE, labels={SPECIALRESOURCE_LABEL: SR}):
             state = ((pod.metadata.labels or {}) if pod.metadata else {}).get(STATE_LABEL, "")
             pod_seen.setdefault(state, now)
@@ -317,12 +327,9 @@ def _operator_run(cluster: Any, client: Client) -> OperatorRun:
                 pod_done.setdefault(state, now)
             elif pod.status is not None and pod.status.phase == "Running" and state in VALIDATIONS:
                 pod_running.setdefault(state, now)
-        if labels.get(validated_label(SR)) == "true":
-            seen.setdefault(VALIDATED, now)
-            return True
         return False
 
-    total = _poll_until(f"node {node_name} validated for {SR}", validated)
+    total = poll(f"node {node_name} validated for {SR}", validated, TIMEOUT, STEP_POLL)
     relist = {
         s: pod_done[s] - pod_running[s] if s in pod_running and s in pod_done else 0.0 for s in VALIDATIONS
     }

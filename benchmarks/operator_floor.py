@@ -47,6 +47,9 @@ PROBE_OF = {
 }
 READY_FILE = "/tmp/ready"  # what the plain container makes at once, where the agent makes its own
 POLL = 0.2
+# how often a step's end is looked for, on both sides (the operator's node labels, a plain stage's
+# pod): the states take ~1 s each, so at POLL one look's granularity was a fifth of a state
+STEP_POLL = 0.05
 TIMEOUT = 300.0
 
 
@@ -161,7 +164,7 @@ def floor_run(client: Client, image: str, node_name: str) -> FloorRun:
         t = time.monotonic()
         client.create(_floor_ds(stage, image))
         ready = partial(_pod_ready_on, client, f"floor-{stage}", node_name)
-        _poll_until(f"floor DaemonSet {stage} Ready on {node_name}", ready)
+        poll(f"floor DaemonSet {stage} Ready on {node_name}", ready, TIMEOUT, STEP_POLL)
         run.stages.append(time.monotonic() - t)
     run.total = time.monotonic() - t0
     t = time.monotonic()

@@ -346,9 +346,11 @@ def _operator_run(cluster: Any, client: Client) -> OperatorRun:
     prev, prev_wall = 0.0, wall0
     for s in STEPS:
         steps[s] = seen[s] - prev
-        if s in POD_STAGES:  # a pod first seen already done: both in the same poll
-            pod_seen[s] = pod_seen.get(s, seen[s]) - prev
-            pod_done[s] = pod_done.get(s, seen[s]) - prev
+        if s in POD_STAGES:  # a pod first seen already done: both in the same poll; the pods are
+            # looked at less often than the node: what was seen after the label counts at the label
+            done = min(pod_done.get(s, seen[s]), seen[s])
+            pod_seen[s] = min(pod_seen.get(s, done), done) - prev
+            pod_done[s] = done - prev
         prev = seen[s]
         when = _epoch(reached[s]) if s in reached else prev_wall
         # whole seconds: apply -> selected is against our clock truncated to the second

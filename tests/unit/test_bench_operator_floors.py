@@ -35,3 +35,10 @@ def test_the_driver_validation_never_counts_the_device_wait() -> None:
     seconds, parts = _validation_floor(DRIVER_VALIDATION, ops)
     assert seconds == 1.0 and len(parts) == 1
     assert "more than the 0.90 s" in _why((DRIVER_VALIDATION,), 0.9, ops, {}, {"": [1.0]})
+
+
+def test_the_gap_a_floor_must_cover_is_the_median_of_the_pairs_differences() -> None:
+    from benchmarks.bench_operator import _gap
+
+    # the medians differ by -0.1 s, yet two pairs of three are 0.2-0.3 s slower than their baseline
+    assert round(_gap([1.2, 1.3, 0.9], [1.0, 1.0, 1.4]), 6) == 0.2

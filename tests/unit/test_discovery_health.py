@@ -124,6 +124,18 @@ def test_a_changed_report_is_republished_within_two_seconds(tmp_path: Path) -> N
     assert not thread.is_alive()
 
 
+def _os_id(api: FakeNodeFeatures) -> str:
+    doc = api.objects[("sro-system", "n1")]
+    return str(doc["spec"]["features"]["attributes"]["system.osrelease"]["elements"]["ID"])
+
+
+def wait_for(check: Callable[[], bool], seconds: float = 2.5) -> None:
+    t0 = time.monotonic()
+    while not check():
+        assert time.monotonic() - t0 < seconds, "not republished in time"
+        time.sleep(0.02)
+
+
 def test_a_plugin_that_starts_makes_a_rescan_a_changed_fault_does_not(tmp_path: Path) -> None:
     """The first report of a recipe means its devices just came up: the features are scanned again
     at once (the host changed here between the passes, and the NodeFeature shows it); a later change
@@ -133,30 +145,20 @@ def test_a_plugin_that_starts_makes_a_rescan_a_changed_fault_does_not(tmp_path: 
     stop = threading.Event()
     thread = _daemon(host, api, stop, interval=600.0)  # no timed pass during the test
 
-    def os_id() -> str:
-        doc = api.objects[("sro-system", "n1")]
-        return str(doc["spec"]["features"]["attributes"]["system.osrelease"]["elements"]["ID"])
-
-    def wait_for(check: Callable[[], bool]) -> None:
-        t0 = time.monotonic()
-        while not check():
-            assert time.monotonic() - t0 < 2.5, "not republished in time"
-            time.sleep(0.02)
-
     try:
         wait_for(lambda: ("sro-system", "n1") in api.objects)
-        assert os_id() == "debian"
+        assert _os_id(api) == "debian"
         (tmp_path / "etc/os-release").write_text("ID=ubuntu\nVERSION_ID=24.04\n")
         healthreport.write_report(health_dir(host), REPORT)
         wait_for(lambda: bool(healthreport.reports_from_nodefeature(api.objects[("sro-system", "n1")])))
-        assert os_id() == "ubuntu"  # scanned again
+        assert _os_id(api) == "ubuntu"  # scanned again
         (tmp_path / "etc/os-release").write_text("ID=debian\nVERSION_ID=12.4\n")
         healed = HealthReport(**{**REPORT.__dict__, "faults": (), "updated": "2026-11-26T02:01:00Z"})
         healthreport.write_report(health_dir(host), healed)
         wait_for(lambda: not healthreport.reports_from_nodefeature(api.objects[("sro-system", "n1")])[
             "simulated-gpu"
         ].faults)  # fmt: skip
-        assert os_id() == "ubuntu"  # the same plugin's news: no rescan
+        assert _os_id(api) == "ubuntu"  # the same plugin's news: no rescan
     finally:
         stop.set()
         thread.join(timeout=5)
@@ -189,25 +191,14 @@ def test_a_plugin_that_restarts_over_its_predecessors_report_makes_a_rescan(tmp_
     api = FakeNodeFeatures()
     stop = threading.Event()
     thread = _daemon(host, api, stop, interval=600.0)  # no timed pass during the test
-
-    def os_id() -> str:
-        doc = api.objects[("sro-system", "n1")]
-        return str(doc["spec"]["features"]["attributes"]["system.osrelease"]["elements"]["ID"])
-
     try:
-        t0 = time.monotonic()
-        while ("sro-system", "n1") not in api.objects:
-            assert time.monotonic() - t0 < 5
-            time.sleep(0.02)
-        assert os_id() == "debian"
+        wait_for(lambda: ("sro-system", "n1") in api.objects, 5)
+        assert _os_id(api) == "debian"
         (tmp_path / "etc/os-release").write_text("ID=ubuntu\nVERSION_ID=24.04\n")
         healthreport.write_report(
             health_dir(host), HealthReport(**{**REPORT.__dict__, "updated": "2026-11-26T03:00:00Z"})
         )
-        t0 = time.monotonic()
-        while os_id() != "ubuntu":
-            assert time.monotonic() - t0 < 2.5, "not scanned again in time"
-            time.sleep(0.02)
+        wait_for(lambda: _os_id(api) == "ubuntu")  # scanned again
     finally:
         stop.set()
         thread.join(timeout=5)

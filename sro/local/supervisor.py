@@ -34,10 +34,10 @@ def _start_time(pid: int) -> int | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return stat_start_time(stat)
+    return _from_stat(stat)
 
 
-def stat_start_time(stat: str) -> int | None:
+def _from_stat(stat: str) -> int | None:
     """The start time in /proc/<pid>/stat's text; None once the process is gone.
 
     A zombie is gone, unless other threads of it are still exiting: a Go daemon's main thread

@@ -21,7 +21,7 @@ from sro.manifests import render, render_text
 from sro.nfd.ownership import RULES_OWNED_ANNOTATION
 from sro.nfd.ownership import decode_owned as rules_owned
 from sro.node.discovery.publishing import OWNED_ANNOTATION, decode_owned
-from tests.e2e.helpers import get_json
+from tests.e2e.helpers import get_json, sro
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -63,6 +63,13 @@ def deployed(cluster: LocalCluster, sro_image: str) -> Iterator[str]:
     }
     manifests = render_text("discovery", **values, sleep_interval="2s")
     objects = [d for d in render("discovery", **values) if d]
+    # a benchmark (or a run stopped half-way) may have left sro installed: its operator keeps the
+    # installed discovery's NodeFeature labels on the node, the very labels this agent must own
+    if get_json(cluster, "deployments", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=sro-operator")[
+        "items"
+    ]:
+        out = sro(cluster, "uninstall", "--timeout", "180")
+        assert out.returncode == 0, out.stdout + out.stderr
     # the operator's NodeFeatureRule step may have left the labels it applied, with its record, from
     # an earlier test or benchmark (`sro uninstall` keeps feature labels): the agent rightly leaves
     # another owner's labels alone, so the node starts without them, as `sro discover --cleanup` does

@@ -454,15 +454,29 @@ def _print_breakdown(
     )  # fmt: skip
 
 
+def _mount_waits(state: str, ops: list[OperatorRun]) -> tuple[float, int]:
+    """The kubelet's median wait to mount `state`'s own objects, and in how many runs it lost the
+    authorizer's race."""
+    waits = [r.mount_wait.get(state, 0.0) for r in ops]
+    return statistics.median(waits), sum(1 for w in waits if w >= MOUNT_RACE_LOST)
+
+
+def _validation_runs(state: str, ops: list[OperatorRun]) -> tuple[list[float], list[float]]:
+    """Per run, a validation state's relist penalty and its wait for the device in the node's
+    allocatable (0 for the driver's validation, or when the device was never seen missing)."""
+    relists = [r.relist[state] for r in ops]
+    waits = [(r.allocatable_wait or 0.0) if state == DEVICE_PLUGIN_VALIDATION else 0.0 for r in ops]
+    return relists, waits
+
+
 def _mount_column(state: str, ops: list[OperatorRun]) -> str:
     """The kinds of object `state`'s pod is the node's first to mount, with the kubelet's median
     wait to mount them (in how many runs it lost the authorizer's race)."""
     kinds = own_mounts().get(state, ())
     if not kinds:
         return ""
-    waits = [r.mount_wait.get(state, 0.0) for r in ops]
-    lost = sum(1 for w in waits if w >= MOUNT_RACE_LOST)
-    return f"{', '.join(kinds)} +{statistics.median(waits):.2f} s ({lost}/{len(ops)})"
+    wait, lost = _mount_waits(state, ops)
+    return f"{', '.join(kinds)} +{wait:.2f} s ({lost}/{len(ops)})"
 
 
 def _validation_column(state: str, ops: list[OperatorRun]) -> str:
@@ -471,10 +485,9 @@ def _validation_column(state: str, ops: list[OperatorRun]) -> str:
     device in the node's allocatable."""
     if state not in VALIDATIONS:
         return ""
-    relists = [r.relist[state] for r in ops]
+    relists, waits = _validation_runs(state, ops)
     cell = f"+{statistics.median(relists):.2f} s ({sum(1 for t in relists if t)}/{len(ops)})"
-    waits = [r.allocatable_wait for r in ops if r.allocatable_wait is not None]
-    if state == DEVICE_PLUGIN_VALIDATION and waits:
+    if state == DEVICE_PLUGIN_VALIDATION:
         cell += f" / {statistics.median(waits):.2f} s"
     return cell
 
@@ -501,9 +514,8 @@ def _floor(
         seconds += more
         parts += said
     kinds = own_mounts().get(state, ())
-    waits = [r.mount_wait.get(state, 0.0) for r in ops]
-    if kinds and statistics.median(waits) >= MOUNT_RACE_LOST:
-        wait, lost = statistics.median(waits), sum(1 for w in waits if w >= MOUNT_RACE_LOST)
+    wait, lost = _mount_waits(state, ops)
+    if kinds and wait >= MOUNT_RACE_LOST:
         shared = statistics.median(own[""])
         seconds += wait
         parts.append(
@@ -525,8 +537,7 @@ def _validation_floor(state: str, ops: list[OperatorRun]) -> tuple[float, list[s
     a whole relist later. The workload validation's pod also asks the scheduler for a device, which
     it cannot place before the kubelet's node status (every second here) put the device plugin's
     devices in the node's allocatable (`ValidationState.held` creates it then)."""
-    relists = [r.relist[state] for r in ops]
-    waits = [(r.allocatable_wait or 0.0) if state == DEVICE_PLUGIN_VALIDATION else 0.0 for r in ops]
+    relists, waits = _validation_runs(state, ops)
     parts = []
     if statistics.median(relists):
         parts.append(

@@ -36,13 +36,15 @@ from sro.operator.plan import NodeEvent, NodePatch, Plan, merge
 from sro.operator.release import release
 from sro.operator.remediation import adapter as remediation
 from sro.operator.rendering import Context, RenderError, Term, decorate
-from sro.operator.states import STATES, DriverState, State, ValidationState
+from sro.operator.states import STATES, VALIDATION_RETRY, DriverState, State, ValidationState
 from sro.operator.status import NodeRow, build_status, without_empty
 from sro.operator.upgrade.adapter import as_patch, release_upgrade, upgrades, with_upgrade
 from sro.operator.upgrade.machine import UpgradePlan
 from sro.operator.walk import WalkMemo
 
 RECIPE_COMPONENT = "recipe"  # the component (and state) label of a custom recipe's ConfigMap
+ACTING_REQUEUE = 3.0  # a pass that changed something looks again this soon (its watch events do first)
+SETTLED_REQUEUE = 30.0  # a pass that changed nothing: only a timer of its own, or an event, wakes it
 
 
 def reconcile(
@@ -179,8 +181,7 @@ def reconcile(
         status["quotas"] = without_empty(partitioning.quota_rows(spec, recipe, obs.quotas, obs.namespaces))
     if upgrading is not None and (upgrading.summary.get("nodes") or upgrading.summary.get("blocked")):
         status["driverUpgrade"] = without_empty(upgrading.summary)
-    busy = any(not r.validated for r in rows) or bool(create_pods or delete_pods or patches or evict)
-    busy = busy or (upgrading is not None and upgrading.busy)
+    busy = bool(create_pods or delete_pods or patches or evict) or (upgrading is not None and upgrading.busy)
     if remedy is not None:
         status["remediation"] = without_empty(dict(remedy.plan.summary))
         busy = busy or remedy.plan.busy
@@ -197,10 +198,28 @@ def reconcile(
         node_conditions=remedy.conditions if remedy is not None else {},
         remediation=remedy.plan if remedy is not None else None,
         rows=tuple(rows),
-        requeue=3.0 if busy else 30.0,
+        requeue=ACTING_REQUEUE if busy else _retry_due(obs.pods, chain, selected_names, now),
         deployable=not all_refused,
         label_keys=frozenset({*(k for t in terms for k in t), recipe.count_label}),
     )
+
+
+def _retry_due(pods: Sequence[PodInfo], chain: Sequence[State], selected: set[str], now: datetime) -> float:
+    """Seconds until the next pass when this one changed nothing: when a failed validation may run
+    again (the one thing a walk waits for by the clock), else SETTLED_REQUEUE.
+
+    Why not a poll every few seconds while a node is not validated: everything else a waiting node
+    waits for comes as a watch event (its pods, its labels, Ready, allocatable, health reports), and
+    a node that stays broken would keep the pass, and its API reads, running every 3 s for as long
+    as it is broken; at 1,000 nodes a change elsewhere (a node relabelled) then waits behind it.
+    """
+    validations = {s.name for s in chain if isinstance(s, ValidationState)}
+    due = [
+        (p.finished_at + VALIDATION_RETRY - now).total_seconds()
+        for p in pods
+        if p.state in validations and p.node in selected and p.phase == "Failed" and p.finished_at is not None
+    ]
+    return min(SETTLED_REQUEUE, max(1.0, min(due, default=SETTLED_REQUEUE)))
 
 
 def _render(

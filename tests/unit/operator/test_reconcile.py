@@ -32,9 +32,9 @@ from sro.api.specparsing import parse_spec
 from sro.operator.admission import resolve_recipe
 from sro.operator.observed import NodeInfo, Observed, PodInfo, SpecialResourceInfo
 from sro.operator.plan import Plan
-from sro.operator.reconcile import reconcile
+from sro.operator.reconcile import ACTING_REQUEUE, SETTLED_REQUEUE, reconcile
 from sro.operator.rendering import Context
-from sro.operator.states import INPUTS_ANNOTATION, KERNEL_LABEL, STATES, ValidationState
+from sro.operator.states import INPUTS_ANNOTATION, KERNEL_LABEL, STATES, VALIDATION_RETRY, ValidationState
 from sro.operator.upgrade.revision import driver_revision
 
 NS = "sro-system"
@@ -632,3 +632,50 @@ def test_a_validation_pods_inputs_and_name_are_the_digests_written_before_the_pe
         hash_prefix()
     # a replaced Context (another spec) never reuses the memo of the one it came from
     assert replace(ctx, custom={"x": "y"})._memo == {}
+
+
+# ---- when the next pass comes ---------------------------------------------------------------------
+def settled(nodes: list[NodeInfo], pods: list[PodInfo], now: datetime = NOW) -> Plan:
+    """The plan once the passes' own patches are on the nodes: the pass that changes nothing."""
+    for _ in range(5):
+        plan = reconcile(observed(nodes, pods), NS, now)
+        if not plan.node_patches:
+            return plan
+        nodes = [
+            replace(with_labels(n, plan), taints=(*n.taints, *plan.node_patches[n.name].add_taints))
+            if n.name in plan.node_patches
+            else n
+            for n in nodes
+        ]
+    raise AssertionError(f"the passes never settle: {plan.node_patches}")
+
+
+def test_a_pass_that_changed_something_looks_again_soon() -> None:
+    plan = reconcile(observed([node("a")], []), NS, NOW)
+    assert plan.apply and plan.node_patches
+    assert plan.requeue == ACTING_REQUEUE
+
+
+def test_a_node_that_stays_broken_is_not_polled() -> None:
+    """Its pods' and its node's changes come as watch events; a timer every few seconds would keep
+    the pass and its API reads running for as long as it is broken, at 1,000 nodes too."""
+    crash = replace(
+        ready_pod(DRIVER, "a"), ready=False, phase="Running", reason="CrashLoopBackOff", restarts=4
+    )
+    plan = settled([node("a")], [crash])
+    assert plan.rows[0].failing == DRIVER and not plan.rows[0].validated
+    assert not plan.create_pods and not plan.delete_pods
+    assert plan.requeue == SETTLED_REQUEUE
+
+
+def test_a_failed_validation_wakes_the_pass_when_its_pause_is_over() -> None:
+    a = node("a")
+    pods = [ready_pod(DRIVER, "a")]
+    bad = validation_pod(
+        observed([a], pods), DRIVER_VALIDATION, "a", phase="Failed", finished_at=NOW - timedelta(seconds=5)
+    )
+    plan = settled([a], [*pods, bad])
+    assert not plan.delete_pods and not plan.create_pods  # too soon to retry
+    assert plan.requeue == pytest.approx((VALIDATION_RETRY - timedelta(seconds=5)).total_seconds())
+    due = settled([a], [*pods, bad], NOW + VALIDATION_RETRY)
+    assert due.delete_pods == (bad.name,) and due.requeue == ACTING_REQUEUE

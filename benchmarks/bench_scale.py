@@ -27,18 +27,19 @@ The controller-manager's and scheduler's API rate limits are raised for the run
 (SRO_BENCH_SCALE_QPS/BURST, default 200/400, through `sro local up`'s flags) and put back after;
 they are printed with the results. Needs root and the local cluster; installs sro (idempotent) and
 leaves it installed with its two replicas, and leaves no simulated node, SpecialResource or
-namespace of its own behind.
+namespace of its own behind. The last run's logs (the operator's, the simulator's, the labeller's)
+stay in benchmarks/results/scale-logs/.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from collections.abc import Callable
@@ -88,6 +89,7 @@ NOT_COPIED = frozenset(
 LATENCY_SAMPLES = 10
 IDLE_SECONDS = 30
 METRICS_PORT = 18480
+LOGS = Path(__file__).resolve().parent / "results" / "scale-logs"  # the last run's (gitignored)
 SpecialResource = create_global_resource(GROUP, VERSION, KIND, PLURAL)
 _T0 = time.monotonic()
 
@@ -567,9 +569,12 @@ def run() -> list[Figure]:
         image = ensure_sro_image(cluster, _progress)
         _install(cluster.kubeconfig, image)
         _scale_operator(cluster, 0)
-        with tempfile.TemporaryDirectory(prefix="sro-bench-scale-") as tmp:
-            for n in SIZES:
-                sizes.append(_measure(client, cluster, n, image, Path(tmp)))
+        # the operator's, the simulator's and the labeller's logs stay for the run after (where did a
+        # relabel's time go?): each run replaces the last one's
+        shutil.rmtree(LOGS, ignore_errors=True)
+        LOGS.mkdir(parents=True)
+        for n in SIZES:
+            sizes.append(_measure(client, cluster, n, image, LOGS))
     finally:
         _scale_operator(cluster, 2)
         cluster.set_api_limits(before.qps, before.burst)

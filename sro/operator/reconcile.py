@@ -36,7 +36,7 @@ from sro.operator.plan import NodeEvent, NodePatch, Plan, merge
 from sro.operator.release import release
 from sro.operator.remediation import adapter as remediation
 from sro.operator.rendering import Context, RenderError, Term, decorate
-from sro.operator.states import STATES, VALIDATION_RETRY, DriverState, State, ValidationState
+from sro.operator.states import STATES, DriverState, State, ValidationState, retry_due
 from sro.operator.status import NodeRow, build_status, without_empty
 from sro.operator.upgrade.adapter import as_patch, release_upgrade, upgrades, with_upgrade
 from sro.operator.upgrade.machine import UpgradePlan
@@ -215,9 +215,9 @@ def _retry_due(pods: Sequence[PodInfo], chain: Sequence[State], selected: set[st
     """
     validations = {s.name for s in chain if isinstance(s, ValidationState)}
     due = [
-        (p.finished_at + VALIDATION_RETRY - now).total_seconds()
+        (when - now).total_seconds()
         for p in pods
-        if p.state in validations and p.node in selected and p.phase == "Failed" and p.finished_at is not None
+        if p.state in validations and p.node in selected and (when := retry_due(p)) is not None
     ]
     return min(SETTLED_REQUEUE, max(1.0, min(due, default=SETTLED_REQUEUE)))
 

@@ -304,6 +304,14 @@ def _with_names(doc: Any, names: Mapping[str, str]) -> Any:
     return doc
 
 
+def retry_due(pod: PodInfo) -> datetime | None:
+    """When a failed validation pod gives way to a new one: VALIDATION_RETRY after it ended. None
+    when it has not failed, or its end is unknown (`needs_new_pod` replaces that one at once)."""
+    if pod.phase != "Failed" or pod.finished_at is None:
+        return None
+    return pod.finished_at + VALIDATION_RETRY
+
+
 class ValidationState(State):
     """A run-to-completion pod per node; `check` is the `sro validate` subcommand it runs."""
 
@@ -413,8 +421,8 @@ class ValidationState(State):
             return False
         if pod.annotations.get(INPUTS_ANNOTATION) != self.inputs(ctx, node, pods):
             return True
-        finished = pod.finished_at
-        return pod.phase == "Failed" and (finished is None or now - finished >= VALIDATION_RETRY)
+        due = retry_due(pod)
+        return pod.phase == "Failed" and (due is None or now >= due)
 
     def readiness(self, ctx: Context, node: NodeInfo, pods: Sequence[PodInfo], now: datetime) -> Readiness:
         pod = self.current(ctx, node.name, pods)

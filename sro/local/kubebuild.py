@@ -246,6 +246,51 @@ SOURCE_FIXES: dict[str, tuple[tuple[str, str, str, str], ...]] = {
             "func (w *worker) doProbe() (keepGoing bool) {\n",
             "probes: a worker can tell that its container runs (9/9)",
         ),
+        # A deleted pod's object goes (the status manager's delete) only when a sync finds its
+        # resources reclaimed. Its last status (containers exited) usually comes before the volume
+        # manager has unmounted its volumes, and nothing syncs it again until the status manager's
+        # 10 s batch: a deleted DaemonSet pod, an evicted workload, a SpecialResource's teardown, an
+        # uninstall or a drain each waited 0-10 s (at random) for it here. Kubelets since 1.22 (the
+        # pod lifecycle rework: syncTerminatedPod waits for the unmount, then TerminatePod forces a
+        # sync) delete it as soon as the volumes are gone; here a pod being deleted is looked at
+        # every second until it can go
+        (
+            "pkg/kubelet/status/status_manager.go",
+            "\tsyncTicker := time.Tick(syncPeriod)\n",
+            "\tsyncTicker := time.Tick(syncPeriod)\n"
+            "\t// sro: a deleted pod goes within a second of its resources being reclaimed (as since 1.22)\n"
+            "\tdeletableTicker := time.Tick(time.Second)\n",
+            "deleted pods: a second ticker (1/3)",
+        ),
+        (
+            "pkg/kubelet/status/status_manager.go",
+            "\t\t\tcase <-syncTicker:\n",
+            "\t\t\tcase <-deletableTicker:\n\t\t\t\tm.syncDeletable()\n\t\t\tcase <-syncTicker:\n",
+            "deleted pods: looked at every second (2/3)",
+        ),
+        (
+            "pkg/kubelet/status/status_manager.go",
+            "// syncBatch syncs pods statuses with the apiserver.\n",
+            "// syncDeletable syncs (and so deletes) the pods being deleted whose resources are reclaimed\n"
+            "// (sro: what kubelets since 1.22 do at once when a terminated pod's volumes are unmounted).\n"
+            "func (m *manager) syncDeletable() {\n"
+            "\tvar deletable []podStatusSyncRequest\n"
+            "\tfunc() {\n"
+            "\t\tm.podStatusesLock.RLock()\n"
+            "\t\tdefer m.podStatusesLock.RUnlock()\n"
+            "\t\tfor uid, status := range m.podStatuses {\n"
+            "\t\t\tif pod, ok := m.podManager.GetPodByUID(uid); ok && m.canBeDeleted(pod, status.status) {\n"
+            "\t\t\t\tdeletable = append(deletable, podStatusSyncRequest{uid, status})\n"
+            "\t\t\t}\n"
+            "\t\t}\n"
+            "\t}()\n"
+            "\tfor _, update := range deletable {\n"
+            "\t\tm.syncPod(update.podUID, update.status)\n"
+            "\t}\n"
+            "}\n\n"
+            "// syncBatch syncs pods statuses with the apiserver.\n",
+            "deleted pods: the pods a sync would delete, synced (3/3)",
+        ),
     ),
     "kube-apiserver": (
         (

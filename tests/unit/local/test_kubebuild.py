@@ -215,7 +215,8 @@ def test_the_kubelet_fixes_apply_to_the_lines_as_debians_source_has_them(tmp_pat
     """Each kubelet fix's text, as Debian's 1.20 source has it, is replaced once: a container already
     gone counts as stopped (kubernetes#28748), and a deleted pod goes once its containers have exited
     and its sandbox is stopped, its containers removed only after their exit codes are recorded (the
-    pod lifecycle of 1.22), and a new container's first probe is not held back (kubernetes#96731)."""
+    pod lifecycle of 1.22), its object deleted within a second of its resources being reclaimed
+    (also 1.22), and a new container's first probe is not held back (kubernetes#96731)."""
     fixes = kubebuild.SOURCE_FIXES["kubelet"]
     by_file: dict[str, str] = {}
     for rel, old, _new, _why in fixes:
@@ -223,7 +224,7 @@ def test_the_kubelet_fixes_apply_to_the_lines_as_debians_source_has_them(tmp_pat
     for rel, text in by_file.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text + "}\n")
-    assert len(kubebuild.apply_source_fixes(tmp_path, ("kubelet",))) == len(fixes) == 13
+    assert len(kubebuild.apply_source_fixes(tmp_path, ("kubelet",))) == len(fixes) == 16
     kill = (tmp_path / "pkg/kubelet/kuberuntime/kuberuntime_container.go").read_text()
     assert 'grpcstatus.Code(err).String() == "NotFound"' in kill and kill.count("if err != nil {") == 1
     reclaimed = (tmp_path / "pkg/kubelet/kubelet_pods.go").read_text()
@@ -237,6 +238,10 @@ def test_the_kubelet_fixes_apply_to_the_lines_as_debians_source_has_them(tmp_pat
     assert "case <-w.manualTriggerCh:" in worker and "func (w *worker) runningInStatus() bool {" in worker
     manager = (tmp_path / "pkg/kubelet/prober/prober_manager.go").read_text()
     assert "case w.manualTriggerCh <- struct{}{}:" in manager and "start:            time.Now()," in manager
+    status = (tmp_path / "pkg/kubelet/status/status_manager.go").read_text()
+    assert "deletableTicker := time.Tick(time.Second)" in status
+    assert "case <-deletableTicker:\n\t\t\t\tm.syncDeletable()\n\t\t\tcase <-syncTicker:" in status
+    assert "func (m *manager) syncDeletable() {" in status and "m.canBeDeleted(pod, status.status)" in status
     assert kubebuild.fix_tag("kubelet")
 
 

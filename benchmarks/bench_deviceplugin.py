@@ -5,7 +5,8 @@ simulated node (two NVLink islands on two NUMA nodes) and registers with a fake 
 unix socket. Figures:
 - Allocate (2 devices) and GetPreferredAllocation (4 of 8: the exhaustive 70-set search) latency,
   p50 and p99, against GetDevicePluginOptions, a no-op call on the same socket and server, in
-  SRO_BENCH_PAIRS alternating batches (goals: Allocate p99 at most 1.5x the no-op, the rest 3x);
+  SRO_BENCH_PAIRS pairs whose calls alternate with the no-op's one by one (`interleaved_timings`:
+  a burst of noise then lands on both sides; goals: Allocate p99 at most 1.5x the no-op, the rest 3x);
 - fault injected -> ListAndWatch update, and kubelet socket re-created -> Register received
   (targets: < 1 s and < 5 s), against the plugin's own poll intervals;
 - the plugin's resident memory against a bare python process.
@@ -38,8 +39,8 @@ from benchmarks import simnvml
 from benchmarks.harness import (
     PAIRS,
     Figure,
+    interleaved_timings,
     paired_figure,
-    paired_timings,
     percentile,
     rss_mib,
     stop,
@@ -57,7 +58,7 @@ EIGHT = {
     "nvlinkIslands": [[0, 1, 2, 3], [4, 5, 6, 7]],
     "nvlinkLinks": 4,
 }
-REPEAT = 2000
+REPEAT = 5000  # calls per side over all pairs: a pair's p99 is then its 10th slowest of 1,000, not its 4th of 400
 NVML_FAULTS = 5  # an NVML fault clears after a quiet period (recoverAfterSeconds): each costs ~1 s
 
 
@@ -90,8 +91,8 @@ def _ms(samples: list[float], p: float) -> float:
 class Measured:
     """One plugin process's figures: seconds per call or event, and its resident memory in MiB.
 
-    The call latencies come in PAIRS batches, each next to a batch of no-op calls taken right
-    before or after it (alternating): `alloc[i]` pairs with `noop_alloc[i]`, `pref[i]` with `noop_pref[i]`.
+    The call latencies come in PAIRS batches, each taken in turn with a batch of no-op calls, call by
+    call: `alloc[i]` pairs with `noop_alloc[i]`, `pref[i]` with `noop_pref[i]`.
     """
 
     alloc: list[list[float]]
@@ -169,7 +170,7 @@ def _calls(stub: Any, ids: list[str]) -> Measured:
     batch = max(1, REPEAT // PAIRS)
 
     def batches(fn: Callable[[], object]) -> tuple[list[list[float]], list[list[float]]]:
-        return paired_timings(fn, lambda: stub.GetDevicePluginOptions(empty), batch, warmup=10)
+        return interleaved_timings(fn, lambda: stub.GetDevicePluginOptions(empty), batch, warmup=10)
 
     timings(allocate, 50)  # the first calls of a fresh channel and server are slow for everyone
     alloc, noop_alloc = batches(allocate)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.harness import Figure, paired, paired_figure, paired_timings
+from benchmarks.harness import Figure, interleaved_timings, paired, paired_figure, paired_timings
 
 
 def test_paired_alternates_which_side_runs_first() -> None:
@@ -77,6 +77,17 @@ def test_paired_timings_keeps_one_batch_per_side_per_pair_in_alternating_order()
     assert [len(b) for b in ms] == [2, 2, 2] and [len(b) for b in bs] == [2, 2, 2]
     # each batch is its warm-up call plus per_pair timed calls; the sides alternate which goes first
     assert "".join(order) == "mmmbbbbbbmmmmmmbbb"
+    assert all(t >= 0 for batch in ms + bs for t in batch)
+
+
+def test_interleaved_timings_takes_the_sides_calls_in_turn() -> None:
+    order: list[str] = []
+    ms, bs = interleaved_timings(
+        lambda: order.append("m"), lambda: order.append("b"), per_pair=3, n=2, warmup=1
+    )
+    assert [len(b) for b in ms] == [3, 3] and [len(b) for b in bs] == [3, 3]
+    # per pair: one warm-up call of each, then the timed calls in turn, which side first alternating
+    assert "".join(order) == "mb" + "mbbmmb" + "mb" + "mbbmmb"
     assert all(t >= 0 for batch in ms + bs for t in batch)
 
 

@@ -58,7 +58,8 @@ EIGHT = {
     "nvlinkIslands": [[0, 1, 2, 3], [4, 5, 6, 7]],
     "nvlinkLinks": 4,
 }
-REPEAT = 5000  # calls per side over all pairs: a pair's p99 is then its 10th slowest of 1,000, not its 4th of 400
+# calls per side over all pairs: a pair's p99 is then its 10th slowest of 1,000, not its 4th of 400
+REPEAT = 5000
 NVML_FAULTS = 5  # an NVML fault clears after a quiet period (recoverAfterSeconds): each costs ~1 s
 
 

@@ -5,7 +5,7 @@ simulated node (two NVLink islands on two NUMA nodes) and registers with a fake 
 unix socket. Figures:
 - Allocate (2 devices) and GetPreferredAllocation (4 of 8: the exhaustive 70-set search) latency,
   p50 and p99, against GetDevicePluginOptions, a no-op call on the same socket and server, in
-  SRO_BENCH_PAIRS pairs whose calls alternate with the no-op's one by one (`interleaved_timings`:
+  SRO_BENCH_PAIRS pairs whose calls alternate with the no-op's one by one (`paired_timings` by call:
   a burst of noise then lands on both sides; goals: Allocate p99 at most 1.5x the no-op, the rest 3x);
 - fault injected -> ListAndWatch update, and kubelet socket re-created -> Register received
   (targets: < 1 s and < 5 s), against the plugin's own poll intervals;
@@ -39,8 +39,8 @@ from benchmarks import simnvml
 from benchmarks.harness import (
     PAIRS,
     Figure,
-    interleaved_timings,
     paired_figure,
+    paired_timings,
     percentile,
     rss_mib,
     stop,
@@ -171,7 +171,7 @@ def _calls(stub: Any, ids: list[str]) -> Measured:
     batch = max(1, REPEAT // PAIRS)
 
     def batches(fn: Callable[[], object]) -> tuple[list[list[float]], list[list[float]]]:
-        return interleaved_timings(fn, lambda: stub.GetDevicePluginOptions(empty), batch, warmup=10)
+        return paired_timings(fn, lambda: stub.GetDevicePluginOptions(empty), batch, warmup=10, by_call=True)
 
     timings(allocate, 50)  # the first calls of a fresh channel and server are slow for everyone
     alloc, noop_alloc = batches(allocate)

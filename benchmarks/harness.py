@@ -95,35 +95,24 @@ def paired_timings(
     per_pair: int,
     n: int = PAIRS,
     warmup: int = 3,
+    by_call: bool = False,
 ) -> tuple[list[list[float]], list[list[float]]]:
-    """Seconds per call of each side in `n` alternating batches of `per_pair` calls (the order of
-    `paired`); batch i of one side pairs with batch i of the other, for per-pair percentiles."""
+    """Seconds per call of each side in `n` pairs of `per_pair` calls; batch i of one side pairs
+    with batch i of the other, for per-pair percentiles. The sides take turns batch by batch (the
+    order of `paired`), or with `by_call` call by call (m, b, b, m, ...): a tail figure (a p99 of
+    sub-millisecond calls) is set by a handful of calls, and a burst of noise from the rest of a
+    shared machine lasting a few hundred ms lands on one side's batch only; taken in turn, both
+    sides sample the same bursts."""
     ms: list[list[float]] = []
     bs: list[list[float]] = []
+    if not by_call:
 
-    def one(fn: Callable[[], object], into: list[list[float]]) -> float:
-        into.append(timings(fn, per_pair, warmup))
-        return 0.0  # the batch itself is what counts
+        def one(fn: Callable[[], object], into: list[list[float]]) -> float:
+            into.append(timings(fn, per_pair, warmup))
+            return 0.0  # the batch itself is what counts
 
-    paired(lambda: one(measured, ms), lambda: one(baseline, bs), n)
-    return ms, bs
-
-
-def interleaved_timings(
-    measured: Callable[[], object],
-    baseline: Callable[[], object],
-    per_pair: int,
-    n: int = PAIRS,
-    warmup: int = 3,
-) -> tuple[list[list[float]], list[list[float]]]:
-    """Seconds per call of each side in `n` pairs of `per_pair` calls, the two sides' calls taken
-    one by one in turn (m, b, b, m, ...), for per-pair percentiles.
-
-    Why not batches (`paired_timings`): a tail figure (a p99 of sub-millisecond calls) is set by a
-    handful of calls, and a burst of noise from the rest of a shared machine lasting a few hundred
-    ms lands on one side's batch only; taken in turn, both sides sample the same bursts."""
-    ms: list[list[float]] = []
-    bs: list[list[float]] = []
+        paired(lambda: one(measured, ms), lambda: one(baseline, bs), n)
+        return ms, bs
     for _ in range(n):
         for _ in range(warmup):
             measured()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.harness import Figure, interleaved_timings, paired, paired_figure, paired_timings
+from benchmarks.harness import Figure, paired, paired_figure, paired_timings
 
 
 def test_paired_alternates_which_side_runs_first() -> None:
@@ -80,10 +80,10 @@ def test_paired_timings_keeps_one_batch_per_side_per_pair_in_alternating_order()
     assert all(t >= 0 for batch in ms + bs for t in batch)
 
 
-def test_interleaved_timings_takes_the_sides_calls_in_turn() -> None:
+def test_paired_timings_by_call_takes_the_sides_calls_in_turn() -> None:
     order: list[str] = []
-    ms, bs = interleaved_timings(
-        lambda: order.append("m"), lambda: order.append("b"), per_pair=3, n=2, warmup=1
+    ms, bs = paired_timings(
+        lambda: order.append("m"), lambda: order.append("b"), per_pair=3, n=2, warmup=1, by_call=True
     )
     assert [len(b) for b in ms] == [3, 3] and [len(b) for b in bs] == [3, 3]
     # per pair: one warm-up call of each, then the timed calls in turn, which side first alternating

@@ -113,18 +113,17 @@ def paired_timings(
 
         paired(lambda: one(measured, ms), lambda: one(baseline, bs), n)
         return ms, bs
+
+    def timed(fn: Callable[[], object]) -> float:
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+
     for _ in range(n):
         for _ in range(warmup):
             measured()
             baseline()
-        m: list[float] = []
-        b: list[float] = []
-        for i in range(per_pair):
-            turn = ((measured, m), (baseline, b)) if i % 2 == 0 else ((baseline, b), (measured, m))
-            for fn, into in turn:
-                t0 = time.perf_counter()
-                fn()
-                into.append(time.perf_counter() - t0)
+        m, b = paired(lambda: timed(measured), lambda: timed(baseline), per_pair)
         ms.append(m)
         bs.append(b)
     return ms, bs

@@ -10,6 +10,9 @@ Baselines, measured in the same run:
   (sro.node.discovery's listings of /sys/kernel/iommu_groups and /sys/devices/virtual/net) — and
   an informational row times it against every lookup it makes (the read floor plus one stat of
   each absent path), so that neither floor hides the other;
+- a pass is what the daemon runs (`_daemon_pass`): the scan noting every path it reads, and the
+  stat of those outside /sys and /proc that the daemon's watch between passes compares against
+  (sro.node.discovery.inputs), then the labels;
 - the pass times are a daemon's steady state: a file read again with the same content is not
   parsed again (the kernel config, os-release, the simulated device list) and a source's labels
   are not derived again from equal features (sro.node.discovery.remembered); every file is still
@@ -37,7 +40,10 @@ from sro.host.reading import Recording
 from sro.host.root import HostRoot
 from sro.node.discovery.commands import discover
 from sro.node.discovery.config import Config
+from sro.node.discovery.inputs import InputWatch
+from sro.node.discovery.labeling import build_labels
 from sro.node.discovery.remembered import forget
+from sro.node.discovery.sources import SOURCES, scan
 
 ROOT = Path(__file__).resolve().parent.parent
 GPU_TREE = ROOT / "tests" / "hosts" / "nvidia-8gpu" / "root"
@@ -69,9 +75,18 @@ def _look_up_same_paths(recording: Recording) -> None:
             pass
 
 
+def _daemon_pass(host: HostRoot, watch: InputWatch) -> None:
+    """One pass as `run_daemon` makes it (the labels of `discover`, and what the watch keeps)."""
+    watch.before_pass()
+    visited: set[Path | str] = set()
+    results = scan(host, Config(), visited=visited)
+    watch.after_pass(visited)
+    build_labels(results, Config(), SOURCES)
+
+
 def _first_pass(host: HostRoot) -> None:
     forget()  # nothing remembered from earlier passes: a freshly started daemon's first pass
-    discover(host, Config())
+    _daemon_pass(host, InputWatch(host))
 
 
 def _pass_figures(name: str, host: HostRoot, repeat: int) -> list[Figure]:
@@ -81,12 +96,13 @@ def _pass_figures(name: str, host: HostRoot, repeat: int) -> list[Figure]:
     forget()
     discover(host, Config(), recording)
     per_pair = max(1, repeat // PAIRS)
-    work, base = paired_timings(lambda: discover(host, Config()), lambda: _read_same_files(recording),
+    watch = InputWatch(host)
+    work, base = paired_timings(lambda: _daemon_pass(host, watch), lambda: _read_same_files(recording),
                                 per_pair)  # fmt: skip
     medians, floors = [percentile(w, 50) * 1e3 for w in work], [percentile(b, 50) * 1e3 for b in base]
     floor = f"read the same {len(recording.files)} files + {len(recording.dirs)} dirs"
     target = "<= 2x the read floor" + (", well under 50 ms" if "8-GPU" in name else "")
-    lookups, every = paired_timings(lambda: discover(host, Config()), lambda: _look_up_same_paths(recording),
+    lookups, every = paired_timings(lambda: _daemon_pass(host, watch), lambda: _look_up_same_paths(recording),
                                     per_pair)  # fmt: skip
     first, first_base = paired_timings(lambda: _first_pass(host), lambda: _read_same_files(recording),
                                        per_pair)  # fmt: skip

@@ -7,7 +7,8 @@ remove a label only because it could not look. A HostReader collects the problem
 
 It can also record what it read (a shared `Recording`): `scripts/capture-host` uses that to copy exactly
 the files discovery reads into a fake host tree, and the benchmark uses it as its baseline (reading
-the same files with nothing else done).
+the same files with nothing else done). The daemon instead collects only the paths a pass looked at
+(`visited`, no bytes, no stat per entry): what `sro.node.discovery.inputs` watches between passes.
 
 The readers of one pass share a `PassCache`: a file two sources both read (the DMI product name) is
 read once per pass, and `entries` lets a source read one directory listing instead of looking up a
@@ -51,10 +52,16 @@ class HostReader:
     """Reads files of one HostRoot for one pass; collects problems (and, if asked, what it read)."""
 
     def __init__(
-        self, host: HostRoot, *, recording: Recording | None = None, cache: PassCache | None = None
+        self,
+        host: HostRoot,
+        *,
+        recording: Recording | None = None,
+        cache: PassCache | None = None,
+        visited: set[Path | str] | None = None,
     ) -> None:
         self.host = host
         self.recording = recording
+        self.visited = visited  # every path read, listed or looked up (found or not), if given
         self.cache = PassCache() if cache is None else cache
         self.problems: list[Problem] = []  # failed reads: the pass is incomplete
         self.warnings: list[Problem] = []  # bad content that was read fine (e.g. a bad line)
@@ -75,6 +82,8 @@ class HostReader:
         os.read calls on the descriptor (no buffered file object around it: that doubled the
         cost of reading a sysfs attribute).
         """
+        if self.visited is not None:
+            self.visited.add(path)
         try:
             # O_NONBLOCK: a FIFO dropped where a feature file belongs must not hang the daemon;
             # only regular files are read (sysfs and procfs attributes are regular files).
@@ -171,6 +180,8 @@ class HostReader:
     def entries(self, path: Path | str) -> list[str] | None:
         """`list_dir`, but None (and no problem) when the directory is missing: for a listing that
         says whether an optional file can exist at all, where a missing directory says nothing."""
+        if self.visited is not None:
+            self.visited.add(path)
         try:
             with os.scandir(path) as it:
                 if self.recording is None:
@@ -194,6 +205,8 @@ class HostReader:
 
     def is_char_device(self, path: Path | str) -> bool:
         """True for a real device node (a fake tree's regular file stand-in is not one)."""
+        if self.visited is not None:
+            self.visited.add(path)
         try:
             return stat.S_ISCHR(os.stat(path).st_mode)
         except FileNotFoundError:
@@ -204,6 +217,8 @@ class HostReader:
             return False
 
     def exists(self, path: Path | str) -> bool:
+        if self.visited is not None:
+            self.visited.add(path)
         ok = os.path.exists(path)
         if self.recording is not None:
             if not ok:

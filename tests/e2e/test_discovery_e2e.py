@@ -1,8 +1,9 @@
 """Feature discovery on the real local cluster, in its direct-labelling mode (`sro install
 --discovery-labels-nodes`; by default it writes only its NodeFeature and the operator applies the
 labels, tests/e2e/test_nodefeaturerule.py): the DaemonSet labels the real node, removes a label
-when its feature goes (a local feature file deleted on the host), leaves a label it does not own
-alone, and `sro discover --cleanup` (run in-cluster with the agent's own service account) leaves
+when its feature goes (a local feature file deleted on the host) — within seconds even when its
+next pass is minutes away, because a file its last pass read changed —, leaves a label it does not
+own alone, and `sro discover --cleanup` (run in-cluster with the agent's own service account) leaves
 none of its labels. Every object the test creates is deleted at the end; the namespace stays.
 """
 
@@ -54,14 +55,15 @@ def _until(what: str, check: Callable[[], bool], cluster: LocalCluster, timeout:
 
 
 @pytest.fixture
-def deployed(cluster: LocalCluster, sro_image: str) -> Iterator[str]:
+def deployed(cluster: LocalCluster, sro_image: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    interval = getattr(request, "param", "2s")  # the agent's core.sleepInterval
     values = {
         "namespace": NAMESPACE,
         "image": sro_image,
         "pull_policy": "Never",
         "discovery_labels_nodes": True,
     }
-    manifests = render_text("discovery", **values, sleep_interval="2s")
+    manifests = render_text("discovery", **values, sleep_interval=interval)
     objects = [d for d in render("discovery", **values) if d]
     # a benchmark (or a run stopped half-way) may have left sro installed: its operator keeps the
     # installed discovery's NodeFeature labels on the node, the very labels this agent must own
@@ -187,6 +189,34 @@ def test_daemonset_labels_the_node_and_tracks_features(cluster: LocalCluster, de
     assert not any(k.startswith(NFD_PREFIX + "cpu-cpuid.") for k in labels)
     assert labels[FOREIGN] == "theirs"
     assert labels.get("kubernetes.io/hostname")  # the kubelet's own labels untouched
+
+
+@pytest.mark.parametrize("deployed", ["600s"], indirect=True)
+def test_a_changed_feature_file_reaches_the_node_in_seconds_not_at_the_next_pass(
+    cluster: LocalCluster, deployed: str
+) -> None:
+    """With a pass every 10 minutes, a feature file dropped in features.d and then removed still
+    labels and unlabels the node within seconds: the agent stats what its last pass read (the
+    folder, each file) every second and scans again when one changed (sro.node.discovery.inputs)."""
+    _until("the DaemonSet's first pass", lambda: _node(cluster)[0].get(OURS) == "present", cluster)
+    extra = FEATURES_D / "sro-e2e-watch"
+    label = NFD_PREFIX + "sro-e2e-watch"
+    try:
+        t0 = time.monotonic()
+        extra.write_text(f"{label.removeprefix(NFD_PREFIX)}=yes\n")
+        _until(
+            "the new feature file's label", lambda: _node(cluster)[0].get(label) == "yes", cluster, timeout=15
+        )
+        added = time.monotonic() - t0
+        t0 = time.monotonic()
+        extra.unlink()
+        _until("the label to go with its file", lambda: label not in _node(cluster)[0], cluster, timeout=15)
+        removed = time.monotonic() - t0
+        FEATURE_FILE.write_text(f"{OURS.removeprefix(NFD_PREFIX)}=changed\n")  # a file changed in place
+        _until("the changed value", lambda: _node(cluster)[0].get(OURS) == "changed", cluster, timeout=15)
+    finally:
+        extra.unlink(missing_ok=True)
+    print(f"label added {added:.1f} s, removed {removed:.1f} s after the file changed (next pass: 600 s)")
 
 
 def _image(manifests: str) -> str:

@@ -124,9 +124,17 @@ def test_a_changed_report_is_republished_within_two_seconds(tmp_path: Path) -> N
     assert not thread.is_alive()
 
 
-def _os_id(api: FakeNodeFeatures) -> str:
+def _kernel(api: FakeNodeFeatures) -> str:
+    """What the last pass read from proc/sys/kernel/osrelease: a file that tells whether a pass
+    happened and, being under /proc, makes none itself when it changes (`inputs` watches none)."""
     doc = api.objects[("sro-system", "n1")]
-    return str(doc["spec"]["features"]["attributes"]["system.osrelease"]["elements"]["ID"])
+    return str(doc["spec"]["features"]["attributes"]["kernel.version"]["elements"]["full"])
+
+
+def _set_kernel(host: HostRoot, release: str) -> None:
+    path = host.proc / "sys/kernel/osrelease"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(release + "\n")
 
 
 def wait_for(check: Callable[[], bool], seconds: float = 2.5) -> None:
@@ -141,24 +149,25 @@ def test_a_plugin_that_starts_makes_a_rescan_a_changed_fault_does_not(tmp_path: 
     at once (the host changed here between the passes, and the NodeFeature shows it); a later change
     of the same recipe's report is carried with the features as they were."""
     host = _host(tmp_path)
+    _set_kernel(host, "6.1.0")
     api = FakeNodeFeatures()
     stop = threading.Event()
     thread = _daemon(host, api, stop, interval=600.0)  # no timed pass during the test
 
     try:
         wait_for(lambda: ("sro-system", "n1") in api.objects)
-        assert _os_id(api) == "debian"
-        (tmp_path / "etc/os-release").write_text("ID=ubuntu\nVERSION_ID=24.04\n")
+        assert _kernel(api) == "6.1.0"
+        _set_kernel(host, "6.8.0")
         healthreport.write_report(health_dir(host), REPORT)
         wait_for(lambda: bool(healthreport.reports_from_nodefeature(api.objects[("sro-system", "n1")])))
-        assert _os_id(api) == "ubuntu"  # scanned again
-        (tmp_path / "etc/os-release").write_text("ID=debian\nVERSION_ID=12.4\n")
+        assert _kernel(api) == "6.8.0"  # scanned again
+        _set_kernel(host, "6.1.0")
         healed = HealthReport(**{**REPORT.__dict__, "faults": (), "updated": "2026-11-26T02:01:00Z"})
         healthreport.write_report(health_dir(host), healed)
         wait_for(lambda: not healthreport.reports_from_nodefeature(api.objects[("sro-system", "n1")])[
             "simulated-gpu"
         ].faults)  # fmt: skip
-        assert _os_id(api) == "ubuntu"  # the same plugin's news: no rescan
+        assert _kernel(api) == "6.8.0"  # the same plugin's news: no rescan
     finally:
         stop.set()
         thread.join(timeout=5)
@@ -187,18 +196,19 @@ def test_a_plugin_that_restarts_over_its_predecessors_report_makes_a_rescan(tmp_
     """The report a stopped plugin left stays (a SpecialResource deleted and made again): the new
     plugin's first report, saying the same, still scans the features again at once."""
     host = _host(tmp_path)
+    _set_kernel(host, "6.1.0")
     healthreport.write_report(health_dir(host), REPORT)  # left by the plugin before
     api = FakeNodeFeatures()
     stop = threading.Event()
     thread = _daemon(host, api, stop, interval=600.0)  # no timed pass during the test
     try:
         wait_for(lambda: ("sro-system", "n1") in api.objects, 5)
-        assert _os_id(api) == "debian"
-        (tmp_path / "etc/os-release").write_text("ID=ubuntu\nVERSION_ID=24.04\n")
+        assert _kernel(api) == "6.1.0"
+        _set_kernel(host, "6.8.0")
         healthreport.write_report(
             health_dir(host), HealthReport(**{**REPORT.__dict__, "updated": "2026-11-26T03:00:00Z"})
         )
-        wait_for(lambda: _os_id(api) == "ubuntu")  # scanned again
+        wait_for(lambda: _kernel(api) == "6.8.0")  # scanned again
     finally:
         stop.set()
         thread.join(timeout=5)

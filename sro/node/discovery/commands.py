@@ -36,6 +36,7 @@ from sro.node.discovery.config import Config, parse_config, parse_duration
 from sro.node.discovery.custom import nfd_features
 from sro.node.discovery.features import SourceResult
 from sro.node.discovery.health import HealthWatch, health_dir, with_health
+from sro.node.discovery.inputs import InputWatch
 from sro.node.discovery.labeling import Labeling, build_labels, keep_stale
 from sro.node.discovery.nodefeature import node_feature
 from sro.node.discovery.sources import SOURCE_NAMES, SOURCES, scan
@@ -186,10 +187,14 @@ def run_daemon(
     seen: set[str] = set()
     nodefeatures = NodeFeatureStep(nodefeature_factory)
     health = HealthWatch(health_dir(host))
+    inputs = InputWatch(host)
     while True:
         last_doc: dict[str, Any] | None = None  # this pass's NodeFeature without the reports
+        inputs.before_pass()
         config = loader.load()
-        results = scan(host, config)
+        visited: set[Path | str] = set() if loader.path is None else {loader.path}
+        results = scan(host, config, visited=visited)
+        inputs.after_pass(visited)
         labeling = build_labels(results, config, SOURCES)
         seen = _report(labeling, seen)
         every = config.sleep_interval if interval is None else interval
@@ -233,7 +238,7 @@ def run_daemon(
             publisher = None  # a fresh client next time: re-reads a rotated service-account token
         if oneshot:
             return 0
-        if _wait_republishing(stop, delay, health, nodefeatures, last_doc, node_name):
+        if _wait_republishing(stop, delay, health, nodefeatures, last_doc, node_name, inputs):
             return 0
 
 
@@ -244,13 +249,18 @@ def _wait_republishing(
     nodefeatures: NodeFeatureStep,
     doc: dict[str, Any] | None,
     node_name: str,
+    inputs: InputWatch,
 ) -> bool:
     """Wait out `delay` (0: until stopped), republishing the NodeFeature with the new reports
-    whenever a device plugin's health report changes; True when asked to stop."""
+    whenever a device plugin's health report changes, and ending the wait at once (a pass now)
+    when a file the last pass read changed (`inputs`); True when asked to stop."""
     deadline = time.monotonic() + delay if delay > 0 else None
     while True:
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        woke = health.wait(stop, left)
+        woke = health.wait(stop, left, also=inputs.changed)
+        if woke == "also":
+            log.info("%s changed: a pass now", ", ".join(inputs.changed()) or "a file the last pass read")
+            return False
         if woke != "changed":
             return woke == "stop"
         if doc is None:  # no NodeFeature this pass (labels only, or the API failed): a pass now

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +84,11 @@ class HealthWatch:
     def changed(self) -> bool:
         return snapshot(self.directory) != self._seen
 
-    def wait(self, stop: threading.Event, seconds: float | None) -> str:
-        """Sleep up to `seconds` (None: no end) looking every `poll`: "stop", "changed" or "timeout"."""
+    def wait(
+        self, stop: threading.Event, seconds: float | None, also: Callable[[], object] | None = None
+    ) -> str:
+        """Sleep up to `seconds` (None: no end) looking every `poll`: "stop", "changed" (the
+        reports), "also" (`also()` returned something true: the daemon's other watch) or "timeout"."""
         deadline = None if seconds is None else time.monotonic() + max(0.0, seconds)
         while True:
             left = None if deadline is None else deadline - time.monotonic()
@@ -95,3 +98,5 @@ class HealthWatch:
                 return "stop"
             if self.changed():
                 return "changed"
+            if also is not None and also():
+                return "also"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 
 from sro.host.reading import HostReader, PassCache, Recording
 from sro.host.root import HostRoot
@@ -50,16 +51,18 @@ def scan(
     config: Config,
     sources: Sequence[FeatureSource] = SOURCES,
     recording: Recording | None = None,
+    visited: set[Path | str] | None = None,
 ) -> tuple[SourceResult, ...]:
     """Run every enabled source; a source that fails outright yields no features and a problem.
 
-    The sources' readers share one PassCache: a file two sources read is read once per pass."""
+    The sources' readers share one PassCache: a file two sources read is read once per pass.
+    `visited`, if given, collects every path the pass looked at (HostReader.visited)."""
     results = []
     cache = PassCache()
     for source in sources:
         if not (config.feature_enabled(source.name) or config.label_enabled(source.name)):
             continue
-        reader = HostReader(host, recording=recording, cache=cache)
+        reader = HostReader(host, recording=recording, cache=cache, visited=visited)
         try:
             features = source.discover(reader, config)
         except Exception as e:  # a bug or a very odd host must cost one source, never the pass

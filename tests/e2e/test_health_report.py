@@ -112,13 +112,21 @@ def ready(cluster: LocalCluster, sro_image: str) -> Iterator[None]:
 
 
 def test_fault_reaches_the_nodefeature_and_leaves_it(cluster: LocalCluster, ready: None) -> None:
-    wait_for(
-        "the report on the NodeFeature", lambda: report(cluster) is not None, 60, why=lambda: debug(cluster)
+    devices = read_inventory(DRIVER_ROOT).devices
+    ids = tuple(str(d.index) for d in devices)
+    # Ready does not wait for the plugin's report: the NodeFeature may still carry the one a plugin
+    # of an earlier SpecialResource left (a stopped plugin's report stays until the next one writes
+    # its own), until discovery's health poll carries the new plugin's, within a second or two
+    took = wait_for(
+        "this plugin's report on the NodeFeature",
+        lambda: getattr(report(cluster), "devices", None) == ids,
+        60,
+        why=lambda: f"{report(cluster)}\n{debug(cluster)}",
     )
+    figure(f"health report e2e: the plugin's report on the NodeFeature {took:.1f} s after Ready")
     first = report(cluster)
     assert first is not None and first.faults == () and first.resource == SIMULATED_GPU.resource
-    devices = read_inventory(DRIVER_ROOT).devices
-    assert first.devices == tuple(str(d.index) for d in devices)
+    assert first.devices == ids
     assert first.boot_id  # the simulated driver's boot, or the kernel's
     target = devices[-1]
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -57,23 +58,31 @@ def test_watch_sees_a_changed_report(tmp_path: Path) -> None:
     assert watch.wait(stop, None) == "stop"
 
 
-def _daemon(
-    host: HostRoot, api: FakeNodeFeatures, stop: threading.Event, interval: float
-) -> threading.Thread:
-    t = threading.Thread(
+@contextmanager
+def running(host: HostRoot, api: FakeNodeFeatures) -> Iterator[None]:
+    """The daemon on `host` for the block, its first pass published; a pass every 600 s, so none
+    comes from the interval during a test, only from what the daemon watches. Stopped at the end."""
+    stop = threading.Event()
+    thread = threading.Thread(
         target=run_daemon,
         args=(host, ConfigLoader(None), "n1", lambda: Nodes()),
         kwargs={
             "oneshot": False,
             "stop": stop,
-            "interval": interval,
+            "interval": 600.0,
             "publishing": Publishing(nodefeature_api=True, namespace="sro-system"),
             "nodefeature_factory": lambda: api,
         },
         daemon=True,
     )
-    t.start()
-    return t
+    thread.start()
+    try:
+        wait_for(lambda: ("sro-system", "n1") in api.objects, 10)
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+    assert not thread.is_alive()
 
 
 def test_oneshot_pass_publishes_the_reports(tmp_path: Path) -> None:
@@ -92,13 +101,7 @@ def test_oneshot_pass_publishes_the_reports(tmp_path: Path) -> None:
 def test_a_changed_report_is_republished_within_two_seconds(tmp_path: Path) -> None:
     host = _host(tmp_path)
     api = FakeNodeFeatures()
-    stop = threading.Event()
-    thread = _daemon(host, api, stop, interval=600.0)  # no second pass during the test
-    try:
-        deadline = time.monotonic() + 10
-        while ("sro-system", "n1") not in api.objects:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+    with running(host, api):
         assert healthreport.reports_from_nodefeature(api.objects[("sro-system", "n1")]) == {}
         writes = api.writes
         t0 = time.monotonic()
@@ -118,10 +121,6 @@ def test_a_changed_report_is_republished_within_two_seconds(tmp_path: Path) -> N
         ].faults:
             assert time.monotonic() - t0 < 2.5
             time.sleep(0.02)
-    finally:
-        stop.set()
-        thread.join(timeout=5)
-    assert not thread.is_alive()
 
 
 def _kernel(api: FakeNodeFeatures) -> str:
@@ -151,11 +150,7 @@ def test_a_plugin_that_starts_makes_a_rescan_a_changed_fault_does_not(tmp_path: 
     host = _host(tmp_path)
     _set_kernel(host, "6.1.0")
     api = FakeNodeFeatures()
-    stop = threading.Event()
-    thread = _daemon(host, api, stop, interval=600.0)  # no timed pass during the test
-
-    try:
-        wait_for(lambda: ("sro-system", "n1") in api.objects)
+    with running(host, api):
         assert _kernel(api) == "6.1.0"
         _set_kernel(host, "6.8.0")
         healthreport.write_report(health_dir(host), REPORT)
@@ -168,10 +163,6 @@ def test_a_plugin_that_starts_makes_a_rescan_a_changed_fault_does_not(tmp_path: 
             "simulated-gpu"
         ].faults)  # fmt: skip
         assert _kernel(api) == "6.8.0"  # the same plugin's news: no rescan
-    finally:
-        stop.set()
-        thread.join(timeout=5)
-    assert not thread.is_alive()
 
 
 def test_a_report_written_again_saying_the_same_is_a_restarted_plugin(tmp_path: Path) -> None:
@@ -199,17 +190,10 @@ def test_a_plugin_that_restarts_over_its_predecessors_report_makes_a_rescan(tmp_
     _set_kernel(host, "6.1.0")
     healthreport.write_report(health_dir(host), REPORT)  # left by the plugin before
     api = FakeNodeFeatures()
-    stop = threading.Event()
-    thread = _daemon(host, api, stop, interval=600.0)  # no timed pass during the test
-    try:
-        wait_for(lambda: ("sro-system", "n1") in api.objects, 5)
+    with running(host, api):
         assert _kernel(api) == "6.1.0"
         _set_kernel(host, "6.8.0")
         healthreport.write_report(
             health_dir(host), HealthReport(**{**REPORT.__dict__, "updated": "2026-11-26T03:00:00Z"})
         )
         wait_for(lambda: _kernel(api) == "6.8.0")  # scanned again
-    finally:
-        stop.set()
-        thread.join(timeout=5)
-    assert not thread.is_alive()

@@ -4,7 +4,6 @@ device node made, a feature file dropped in features.d."""
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from sro.host.root import HostRoot
 from sro.node.discovery.config import Config
 from sro.node.discovery.inputs import InputWatch, watched
 from sro.node.discovery.sources import scan
-from tests.unit.test_discovery_health import _daemon, _kernel, _set_kernel, wait_for
+from tests.unit.test_discovery_health import _kernel, _set_kernel, running, wait_for
 from tests.unit.test_discovery_nodefeature import GPU, FakeNodeFeatures, _host
 
 pytestmark = pytest.mark.timeout(30)
@@ -106,10 +105,7 @@ def test_the_daemon_scans_again_within_two_seconds_of_a_file_its_pass_read_chang
     host = _host(tmp_path)
     _set_kernel(host, "6.1.0")
     api = CountingNodeFeatures()
-    stop = threading.Event()
-    thread = _daemon(host, api, stop, interval=600.0)  # no timed pass during the test
-    try:
-        wait_for(lambda: ("sro-system", "n1") in api.objects, 5)
+    with running(host, api):
         assert _kernel(api) == "6.1.0"
         passes = api.reads
         _set_kernel(host, "6.8.0")  # under /proc: not watched, waits for the timed pass
@@ -122,7 +118,3 @@ def test_the_daemon_scans_again_within_two_seconds_of_a_file_its_pass_read_chang
         passes = api.reads
         time.sleep(1.5)
         assert api.reads == passes  # nothing changed since: no pass after it
-    finally:
-        stop.set()
-        thread.join(timeout=5)
-    assert not thread.is_alive()

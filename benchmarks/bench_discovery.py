@@ -43,7 +43,7 @@ from sro.node.discovery.config import Config
 from sro.node.discovery.inputs import InputWatch
 from sro.node.discovery.labeling import build_labels
 from sro.node.discovery.remembered import forget
-from sro.node.discovery.sources import SOURCES, scan
+from sro.node.discovery.sources import SOURCES
 
 ROOT = Path(__file__).resolve().parent.parent
 GPU_TREE = ROOT / "tests" / "hosts" / "nvidia-8gpu" / "root"
@@ -78,10 +78,7 @@ def _look_up_same_paths(recording: Recording) -> None:
 def _daemon_pass(host: HostRoot, watch: InputWatch) -> None:
     """One pass as `run_daemon` makes it (the labels of `discover`, and what the watch keeps)."""
     watch.before_pass()
-    visited: set[Path | str] = set()
-    results = scan(host, Config(), visited=visited)
-    watch.after_pass(visited)
-    build_labels(results, Config(), SOURCES)
+    build_labels(watch.scan(Config()), Config(), SOURCES)
 
 
 def _first_pass(host: HostRoot) -> None:

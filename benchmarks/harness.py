@@ -114,16 +114,11 @@ def paired_timings(
         paired(lambda: one(measured, ms), lambda: one(baseline, bs), n)
         return ms, bs
 
-    def timed(fn: Callable[[], object]) -> float:
-        t0 = time.perf_counter()
-        fn()
-        return time.perf_counter() - t0
-
     for _ in range(n):
         for _ in range(warmup):
             measured()
             baseline()
-        m, b = paired(lambda: timed(measured), lambda: timed(baseline), per_pair)
+        m, b = paired(lambda: _timed(measured), lambda: _timed(baseline), per_pair)
         ms.append(m)
         bs.append(b)
     return ms, bs
@@ -165,12 +160,14 @@ def timings(fn: Callable[[], object], repeat: int, warmup: int = 3) -> list[floa
     """Seconds per call of `fn`, `repeat` times after `warmup` unmeasured calls."""
     for _ in range(warmup):
         fn()
-    out = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
+    return [_timed(fn) for _ in range(repeat)]
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    """Seconds one call of `fn` takes."""
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 def percentile(samples: list[float], p: float) -> float:

@@ -192,9 +192,7 @@ def run_daemon(
         last_doc: dict[str, Any] | None = None  # this pass's NodeFeature without the reports
         inputs.before_pass()
         config = loader.load()
-        visited: set[Path | str] = set() if loader.path is None else {loader.path}
-        results = scan(host, config, visited=visited)
-        inputs.after_pass(visited)
+        results = inputs.scan(config, also=() if loader.path is None else (loader.path,))
         labeling = build_labels(results, config, SOURCES)
         seen = _report(labeling, seen)
         every = config.sleep_interval if interval is None else interval

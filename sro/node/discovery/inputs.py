@@ -22,6 +22,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from sro.host.root import HostRoot
+from sro.node.discovery.config import Config
+from sro.node.discovery.features import SourceResult
+from sro.node.discovery.sources import scan
 
 Signature = tuple[int, int, int, int] | None  # (inode, size, mtime ns, ctime ns); None: absent
 
@@ -42,8 +45,9 @@ def watched(host: HostRoot, visited: Iterable[Path | str]) -> tuple[str, ...]:
 
 
 class InputWatch:
-    """Call `before_pass()`, run the pass collecting `visited`, then `after_pass(visited)`;
-    `changed()` then says whether any watched path's stat differs from what the pass saw."""
+    """Call `before_pass()` before the pass reads anything, then `scan` (or run the pass collecting
+    `visited`, then `after_pass(visited)`); `changed()` then says whether any watched path's stat
+    differs from what the pass saw."""
 
     def __init__(self, host: HostRoot) -> None:
         self.host = host
@@ -57,6 +61,14 @@ class InputWatch:
     def after_pass(self, visited: Iterable[Path | str]) -> None:
         self.paths = watched(self.host, visited)
         self._seen = {p: self._before[p] if p in self._before else signature(p) for p in self.paths}
+
+    def scan(self, config: Config, also: Iterable[Path | str] = ()) -> tuple[SourceResult, ...]:
+        """A pass of every source (`sources.scan`) whose paths, and `also` (files the caller read
+        for it: the config file), are the ones watched from now on."""
+        visited: set[Path | str] = set(also)
+        results = scan(self.host, config, visited=visited)
+        self.after_pass(visited)
+        return results
 
     def changed(self) -> list[str]:
         """The watched paths whose stat differs from what the last pass saw (none: [])."""

@@ -98,6 +98,9 @@ class PodInfo:
     revision: str = ""  # driver pods: the driver revision they run
     verdict: str = ""  # a container that exited 0: its termination message (a validation's verdict)
     report: str = ""  # the `report` container's last termination message (sro.api.names.REPORT_CONTAINER)
+    # the newest start of its containers while every one runs; None while one does not (or none
+    # reported): a device plugin's health report older than this is its predecessor's
+    running_since: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -234,6 +237,18 @@ def _report(status: Mapping[str, Any]) -> str:
     return ""
 
 
+def _running_since(status: Mapping[str, Any]) -> datetime | None:
+    """When the last of its working containers (re)started, if all of them run now."""
+    starts = []
+    for cs in _working(status):
+        running = (cs.get("state") or {}).get("running")
+        started = _time((running or {}).get("startedAt"))
+        if started is None:
+            return None
+        starts.append(started)
+    return max(starts, default=None)
+
+
 def _verdict(status: Mapping[str, Any]) -> str:
     """The termination message of the first container that finished with exit code 0."""
     for cs in _working(status):
@@ -266,6 +281,7 @@ def pod_from_json(doc: Mapping[str, Any], log: str = "") -> PodInfo:
         revision=labels.get(DRIVER_REVISION_LABEL, ""),
         verdict=_verdict(status),
         report=_report(status),
+        running_since=_running_since(status),
     )
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from sro.api.names import DEVICE_PLUGIN
 from sro.api.timestamps import parse_stamp
 from sro.devices.faultclasses import Fault, fault_of
 from sro.devices.healthreport import HealthReport
@@ -74,10 +75,12 @@ def remediations(
     for node in selected:
         pods = by_node.get(node.name, ())
         report = _report(obs, node.name, ctx.recipe.name)
+        current = report is None or from_running_plugin(report, pods)
         facts.append(
             NodeFacts(
                 node=node,
-                faults=faults_of(report),
+                faults=faults_of(report) if current else (),
+                report_current=current,
                 workloads=tuple(workloads.get(node.name, ())) if node.name in read_pods else None,
                 holders=dict(report.holders) if report is not None else {},
                 resets=resets(ctx.sr, node, pods),
@@ -113,6 +116,30 @@ def remediations(
 
 def _report(obs: Observed, node: str, recipe: str) -> HealthReport | None:
     return (obs.health.get(node) or {}).get(recipe)
+
+
+def from_running_plugin(report: HealthReport, pods: Sequence[PodInfo]) -> bool:
+    """The report was written by a device plugin of this SpecialResource that runs on the node now.
+
+    Why: a plugin that stops leaves its report behind (discovery carries it on the NodeFeature until
+    the recipe's next plugin writes its own, about a second after that one starts), and no node is
+    to be cordoned and drained for a fault a stopped plugin saw, nor a repair taken as done on its
+    silence. A starting plugin writes its report at once, so its own is never older than its start:
+    one written before the plugin's containers (re)started, or with no plugin running there, is a
+    predecessor's. Whole seconds on both sides (the API's `startedAt`); boot ids and holders are
+    still read from it (what the node last reported, for the reboot step and its evictions).
+    """
+    written = parse_stamp(report.updated)
+    if written is None:
+        return False
+    written = written.replace(microsecond=0)
+    return any(
+        p.state == DEVICE_PLUGIN
+        and not p.deleting
+        and p.running_since is not None
+        and written >= p.running_since
+        for p in pods
+    )
 
 
 def faults_of(report: HealthReport | None) -> tuple[Fault, ...]:

@@ -77,6 +77,9 @@ class NodeFacts:
     boot_id: str = ""  # status.nodeInfo.bootID: a reboot is over when it changes
     validated_at: datetime | None = None  # when the node's validations last passed; None: not passed
     condition: Mapping[str, Any] | None = None  # the node's GpuHealthy condition now
+    # False: the node's report is a stopped device plugin's (its faults are not in `faults`): no
+    # proof either way of its devices' health, so a revalidation waits for the running plugin's
+    report_current: bool = True
 
 
 @dataclass(frozen=True)
@@ -219,6 +222,8 @@ class Machine:
         act = _Acts()
         if pending and choice is not None:
             rec = self._begin(f, rec, choice, start, blocked, why, events, act)
+        elif not f.report_current:
+            pass  # a stopped plugin's report: no fault is known to have cleared either
         elif choice is None and rec is not None and rec.state == WAITING:
             events.append(("Normal", "RemediationCancelled", "the fault cleared before the node started"))
             rec = replace(
@@ -382,7 +387,7 @@ class Machine:
             since = rec.entered(VALIDATING)
             faulty = sorted({x.device for x in f.faults} & set(rec.devices))
             fresh = since is not None and f.validated_at is not None and f.validated_at >= since
-            if fresh and not faulty:
+            if fresh and not faulty and f.report_current:
                 return rec.enter(DONE, self.stamp)
             if late:
                 still = f"device(s) {', '.join(faulty)} still faulty" if faulty else "validations not passed"
@@ -391,7 +396,8 @@ class Machine:
             return replace(
                 rec,
                 reason="waiting for the node's validations"
-                + (f" (device(s) {', '.join(faulty)} still faulty)" if faulty else ""),
+                + (f" (device(s) {', '.join(faulty)} still faulty)" if faulty else "")
+                + ("" if f.report_current else " (waiting for the running device plugin's health report)"),
             )
         return rec
 

@@ -82,6 +82,7 @@ def ready_pod(state: str, on: str, uid: str = "") -> PodInfo:
         phase="Running",
         ready=True,
         revision=REV if state == DRIVER else "",
+        running_since=NOW - timedelta(hours=1),
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sro.api.names import (
@@ -28,15 +28,17 @@ from sro.api.names import (
     validated_label,
 )
 from sro.api.nfd_crds import NODE_NAME_LABEL
+from sro.api.timestamps import stamp
 from sro.devices.faultclasses import CONDITION
 from sro.devices.healthreport import DeviceFault, HealthReport, to_features
 from sro.operator.cluster.cache import ClusterCache
-from sro.operator.observed import NodeInfo, Observed, PodInfo, SpecialResourceInfo, WorkloadPod
+from sro.operator.observed import NodeInfo, Observed, PodInfo, SpecialResourceInfo, WorkloadPod, pod_from_json
 from sro.operator.plan import Plan
 from sro.operator.reconcile import reconcile
 from sro.operator.remediation.pods import TOKEN_ANNOTATION, action_pod_name
 from sro.operator.remediation.record import (
     CORDONED,
+    DONE,
     EVICTING,
     RESETTING,
     VALIDATING,
@@ -70,13 +72,13 @@ ANN = remediation_annotation(SR)
 REMEDY = {"recipe": RECIPE, "remediation": {}}  # the defaults: GpuLost (Xid 79) -> reset-device
 
 
-def report(*faults: DeviceFault, boot: str = "boot-1") -> HealthReport:
+def report(*faults: DeviceFault, boot: str = "boot-1", updated: str = "2026-11-22T12:00:00Z") -> HealthReport:
     return HealthReport(
         recipe=RECIPE,
         resource=RESOURCE,
         node="a",
         boot_id=boot,
-        updated="2026-11-22T12:00:00Z",
+        updated=updated,
         devices=tuple(str(i) for i in range(8)),
         faults=faults,
         holders={"3": ("team/train-3",), "5": ("team/train-5",)},
@@ -365,3 +367,94 @@ def test_the_teardown_of_a_remediating_special_resource_takes_its_condition_away
     assert plan.node_conditions == {"a": {"type": CONDITION, "$patch": "delete"}}  # merged away by type
     other = teardown_plan(SpecialResourceInfo(SR, "uid-gpus", {"recipe": RECIPE}), Remains(nodes=(a, b)))
     assert other.node_conditions == {}  # not its condition
+
+
+def plugin_started(c: Cluster, at: datetime | None) -> None:
+    """The node's device plugin (re)started at `at` (None: its container is not running)."""
+    c.pods = [replace(p, running_since=at) if p.state == DEVICE_PLUGIN else p for p in c.pods]
+
+
+def test_a_fault_a_stopped_plugin_reported_starts_no_repair_until_the_running_one_reports_it() -> None:
+    c = Cluster()
+    plugin_started(c, c.now + timedelta(seconds=30))  # a new plugin, after the report was written
+    c.health = report(FAULT)
+    for _ in range(3):
+        plan = c.run()
+        assert "a" not in plan.node_patches or plan.node_patches["a"].unschedulable is None
+        assert c.record is None and plan.evict == () and "RemediationStarted" not in reasons(plan)
+    # no plugin running on the node at all: its last report is believed no more
+    plugin_started(c, None)
+    plan = c.run()
+    assert c.record is None and "RemediationStarted" not in reasons(plan)
+    c.pods = [p for p in c.pods if p.state != DEVICE_PLUGIN]
+    assert c.run().evict == () and c.record is None
+    # the running plugin's own report of the same fault: repaired as any other
+    c.pods.append(replace(ready_pod(DEVICE_PLUGIN, "a"), running_since=c.now))
+    c.health = report(FAULT, updated=stamp(c.now + timedelta(seconds=1)))
+    plan = c.run()
+    assert plan.node_patches["a"].unschedulable is True
+    assert c.record is not None and c.record.state == EVICTING and "RemediationStarted" in reasons(plan)
+
+
+def test_a_stopped_plugins_report_neither_ends_a_revalidation_nor_clears_a_fault() -> None:
+    c = Cluster()
+    c.health = report(FAULT)
+    c.run()
+    c.workloads = [workload("train-5")]
+    c.run()
+    name = action_pod_name(context(c.sr), "a", c.record.steps[RESETTING] if c.record else "")
+    c.finish(name)
+    c.run()
+    assert c.record is not None and c.record.state == VALIDATING
+    # the validations pass again, but the report on the node is the plugin's before it restarted
+    c.health = report()
+    plugin_started(c, c.now + timedelta(seconds=10))
+    c.pods = [p for p in c.pods if p.state != DEVICE_PLUGIN_VALIDATION]
+    c.pods.append(
+        validation_pod(c.observe(), DEVICE_PLUGIN_VALIDATION, "a", finished_at=c.now + timedelta(seconds=12))
+    )
+    plan = c.run(15)
+    assert c.record is not None and c.record.state == VALIDATING and c.node.unschedulable
+    assert "health report" in c.record.reason
+    # the running plugin's report: the device is healthy, the node goes back into service
+    c.health = report(updated=stamp(c.now + timedelta(seconds=1)))
+    plan = c.run()
+    assert plan.node_patches["a"].unschedulable is False and "RemediationSucceeded" in reasons(plan)
+
+
+def test_a_finished_repairs_fault_a_restarted_plugin_reports_again_is_not_a_new_one() -> None:
+    # restart-workload leaves the device unhealthy: the fault stays in the report after the repair
+    c = Cluster({"recipe": RECIPE, "remediation": {"actions": {"gpuLost": "restart-workload"}}})
+    c.health = report(FAULT)
+    c.run()
+    c.workloads = [workload("train-5")]
+    for _ in range(6):
+        c.run()
+        if c.record is not None and c.record.state == VALIDATING:
+            c.pods = [p for p in c.pods if p.state != DEVICE_PLUGIN_VALIDATION]
+            c.pods.append(validation_pod(c.observe(), DEVICE_PLUGIN_VALIDATION, "a", finished_at=c.now))
+    assert c.record is not None and c.record.state == DONE and c.record.devices == ("3",)
+    # the plugin restarts: for a second the node carries its predecessor's report, then its own
+    plugin_started(c, c.now + timedelta(seconds=10))
+    c.run(5)
+    assert c.record is not None and c.record.devices == ("3",)  # not taken as cleared
+    c.health = report(FAULT, updated=stamp(c.now + timedelta(seconds=10)))
+    plan = c.run(10)
+    assert "RemediationStarted" not in reasons(plan) and not c.node.unschedulable
+
+
+def test_a_pods_running_since_is_its_newest_container_start_while_all_run() -> None:
+    def pod(*states: dict[str, Any]) -> PodInfo:
+        statuses = [{"name": f"c{i}", "state": s} for i, s in enumerate(states)]
+        return pod_from_json({"metadata": {"name": "p"}, "spec": {"nodeName": "a"},
+                              "status": {"phase": "Running", "containerStatuses": statuses}})  # fmt: skip
+
+    early, late = "2026-11-22T11:00:00Z", "2026-11-22T11:30:05Z"
+    assert pod({"running": {"startedAt": early}}, {"running": {"startedAt": late}}).running_since == datetime(
+        2026, 11, 22, 11, 30, 5, tzinfo=UTC
+    )
+    assert (
+        pod({"running": {"startedAt": early}}, {"waiting": {"reason": "CrashLoopBackOff"}}).running_since
+        is None
+    )
+    assert pod().running_since is None

@@ -406,10 +406,14 @@ def components(
         "imageGCLowThresholdPercent": 99,
         "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
         "serializeImagePulls": False,
-        # Compute node status every second (posted only when it changed, plus the 5-minute report):
+        # Compute node status every second, post it only when it changed (plus the 5-minute report):
         # a device the plugin marks unhealthy leaves the Node's allocatable within about a second,
-        # instead of the default 10 s.
+        # instead of the default 10 s. The report's period must be set too: left unset, the kubelet
+        # takes nodeStatusUpdateFrequency for it (its backward-compatible default) and posts the
+        # whole status with new heartbeat times every second — a Node update a second to every
+        # watcher of Nodes, which no cluster with the defaults sees.
         "nodeStatusUpdateFrequency": "1s",
+        "nodeStatusReportFrequency": "5m",
     }
     kubelet = Component(
         "kubelet",

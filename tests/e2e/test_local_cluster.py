@@ -53,6 +53,22 @@ def test_node_is_ready_with_the_runtime_and_version_we_built(cluster: LocalClust
     assert info["containerRuntimeVersion"].startswith("containerd://")
 
 
+def test_the_kubelet_posts_the_node_status_when_it_changes_not_every_second(cluster: LocalCluster) -> None:
+    """The kubelet computes the status every second (a device's health reaches allocatable at once)
+    but posts it only when it changed, or every 5 minutes, as with the defaults. Setting only the
+    computing period made the 1.20 kubelet post it, new heartbeat times and all, every second: a
+    Node update a second to every watcher. Over 6 s of an idle node its heartbeat moves at most
+    once (one real change, if any), where a post a second moved it every second."""
+    beats = set()
+    deadline = time.monotonic() + 6
+    while time.monotonic() < deadline:
+        node = json.loads(cluster.kubectl("get", "node", cluster.node_name, "-o", "json").stdout)
+        ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+        beats.add(ready["lastHeartbeatTime"])
+        time.sleep(0.5)
+    assert len(beats) <= 2, f"the node's status was posted {len(beats) - 1} times in 6 s: {sorted(beats)}"
+
+
 def test_daemonset_of_the_sro_image_runs_and_its_logs_are_readable(
     cluster: LocalCluster, sro_image: str, namespace: str
 ) -> None:

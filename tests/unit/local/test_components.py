@@ -66,6 +66,7 @@ def test_kubelet_config_is_valid_yaml_with_cgroupfs_and_no_anonymous_auth(tmp_pa
     assert cfg["authorization"]["mode"] == "Webhook"
     assert cfg["imageGCHighThresholdPercent"] == 100  # locally imported images must never be collected
     assert cfg["nodeStatusUpdateFrequency"] == "1s"  # device health reaches allocatable within ~1 s
+    assert cfg["nodeStatusReportFrequency"] == "5m"  # ...posted when it changed, not every second
 
 
 def test_containerd_config_names_pause_image_and_sro_runtime_handler(tmp_path: Path) -> None:

@@ -253,11 +253,17 @@ def _wait_republishing(
     whenever a device plugin's health report changes, and ending the wait at once (a pass now)
     when a file the last pass read changed (`inputs`); True when asked to stop."""
     deadline = time.monotonic() + delay if delay > 0 else None
+    changed: list[str] = []  # what the last look found changed (logged, not looked up again)
+
+    def look() -> bool:
+        changed[:] = inputs.changed()
+        return bool(changed)
+
     while True:
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        woke = health.wait(stop, left, also=inputs.changed)
+        woke = health.wait(stop, left, also=look)
         if woke == "also":
-            log.info("%s changed: a pass now", ", ".join(inputs.changed()) or "a file the last pass read")
+            log.info("%s changed: a pass now", ", ".join(changed))
             return False
         if woke != "changed":
             return woke == "stop"

@@ -264,7 +264,8 @@ class Machine:
             reboot=act.reboot,
             revalidate=act.revalidate,
             token=act.token,
-            condition=gpu_condition(f.faults, f.condition, self.now),
+            # a stopped plugin's report says nothing new: the condition keeps what it said
+            condition=gpu_condition(f.faults, f.condition, self.now) if f.report_current else None,
             events=tuple(events),
         )
 

@@ -158,6 +158,23 @@ def test_max_concurrent_nodes_holds_the_rest_waiting_for_their_turn() -> None:
     assert not plan.summary["breaker"]["tripped"]
 
 
+def test_a_stopped_plugins_report_neither_cancels_a_waiting_node_nor_writes_the_condition() -> None:
+    fs = [NodeFacts(NodeInfo(f"n{i}"), faults=(LOST,)) for i in range(2)]
+    plan = run(spec(), *fs)
+    n0 = replace(fs[0], node=apply(fs[0].node, plan.nodes["n0"]))  # under way
+    n1 = apply(NodeInfo("n1"), plan.nodes["n1"])
+    assert plan.nodes["n1"].record is not None and plan.nodes["n1"].record.state == WAITING
+    # n1's plugin restarted: its report (the fault) is its predecessor's, so no fault is known
+    stale = NodeFacts(n1, faults=(), report_current=False, condition=plan.nodes["n1"].condition)
+    step = run(spec(), n0, stale).nodes["n1"]
+    assert step.record is not None and step.record.state == WAITING  # not "the fault cleared"
+    assert step.condition is None and step.events == ()
+    # the running plugin reports no fault: now it cleared (and nothing is left to remember)
+    step = run(spec(), n0, replace(stale, report_current=True)).nodes["n1"]
+    assert step.record is None and [e[1] for e in step.events] == ["RemediationCancelled"]
+    assert step.condition is not None and step.condition["status"] == "True"
+
+
 def flap(s: RemediationSpec, n: NodeInfo, now: datetime) -> tuple[NodeInfo, NodeRemediation]:
     """One fault (restart-workload: evict and done in two passes), then its clearing."""
     step = run(s, NodeFacts(n, faults=(LOST,), workloads=()), now=now).nodes["n1"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import posix
 from pathlib import Path
 from typing import Any
 
@@ -94,13 +95,13 @@ def test_v1_appends_the_rules_and_warns_not(tmp_path: Path, monkeypatch: pytest.
     mountinfo = f"30 25 0:26 / {tmp_path / 'cg'} rw,nosuid - cgroup cgroup rw,devices\n"
     proc = str(_proc(tmp_path, V1, mountinfo))
     written: list[tuple[str, str]] = []
-    real_write = os.write
+    real_write = posix.write
 
     def record(fd: int, data: bytes) -> int:  # one write(2) per rule, as the kernel wants them
         written.append((os.readlink(f"/proc/self/fd/{fd}"), data.decode()))
         return int(real_write(fd, data))
 
-    monkeypatch.setattr(os, "write", record)  # the module devcgroup writes through
+    monkeypatch.setattr(posix, "write", record)  # the module devcgroup writes through (not `os`)
     assert devcgroup.open_for(42, PLAN, {}, proc) is None
     monkeypatch.undo()
     allow = str(cg / "devices.allow")

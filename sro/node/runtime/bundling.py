@@ -45,6 +45,7 @@ MODULES = (
     "node/runtime/inject.py",
     "node/runtime/inventory.py",
     "node/runtime/leanjson.py",
+    "node/runtime/leanpath.py",
     "node/runtime/mounting.py",
     "node/runtime/namematch.py",
     "node/runtime/records.py",

@@ -17,9 +17,10 @@ numbered controller lines. Every path under /proc is a parameter so tests run on
 
 from __future__ import annotations
 
-import os
+import posix
 
 from sro.node.runtime.inject import InjectError
+from sro.node.runtime.leanpath import join
 
 TYPE_CHECKING = False  # no typing at run time: the hook imports this module
 if TYPE_CHECKING:
@@ -69,18 +70,18 @@ def devices_cgroup_dir(pid: int | str, proc: str = "/proc") -> str | None:
 
 def allow_devices(cgroup_dir: str, rules: tuple[str, ...]) -> None:
     """Append allow rules ("c 240:0 rwm") to a v1 devices cgroup."""
-    path = os.path.join(cgroup_dir, "devices.allow")
+    path = join(cgroup_dir, "devices.allow")
     for rule in rules:
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = posix.open(path, posix.O_WRONLY | posix.O_NOFOLLOW | posix.O_CLOEXEC)
         except OSError as e:
             raise InjectError(f"{path}: {e.strerror}") from None
         try:
-            os.write(fd, rule.encode())
+            posix.write(fd, rule.encode())
         except OSError as e:
             raise InjectError(f"{path}: writing {rule!r}: {e.strerror}") from None
         finally:
-            os.close(fd)
+            posix.close(fd)
 
 
 def _matches(rule: Mapping[str, Any], kind: str, major: int, minor: int) -> bool:

@@ -18,12 +18,13 @@ Companion nodes: a device may have more nodes than its primary one (an FPGA card
 
 from __future__ import annotations
 
-import os
+import posix
 import stat
 
 from sro.api.builtin_recipes import DRIVER_LIB_DIRS
 from sro.node.runtime.hookrecipes import SIMULATED_DEVICE_LIST
 from sro.node.runtime.inventory import DeviceNode, DriverInventory, FileMount
+from sro.node.runtime.leanpath import basename, dirname, isdir, isfile, join, realpath, relpath
 from sro.node.runtime.namematch import filter_names, glob_in
 
 TYPE_CHECKING = False  # no typing/re/fnmatch/glob at run time: the hook imports this module
@@ -45,7 +46,7 @@ def dev_path(dev_root: str, node: str) -> str:
 
 def container_path(driver_root: str, host_path: str) -> str:
     """`host_path` as the container sees it: relative to the driver root, made absolute."""
-    rel = os.path.relpath(host_path, driver_root)
+    rel = relpath(host_path, driver_root)
     if rel == ".." or rel.startswith("../"):
         raise ValueError(f"{host_path} is not under the driver root {driver_root}")
     return "/" + rel if rel != "." else "/"
@@ -53,7 +54,7 @@ def container_path(driver_root: str, host_path: str) -> str:
 
 def _char_node(host_path: str, path: str, device_id: str = "", companion: bool = False) -> DeviceNode | None:
     try:
-        st = os.stat(host_path)
+        st = posix.stat(host_path)
     except FileNotFoundError:
         return None
     if not stat.S_ISCHR(st.st_mode):
@@ -61,8 +62,8 @@ def _char_node(host_path: str, path: str, device_id: str = "", companion: bool =
     return DeviceNode(
         path=path,
         host_path=host_path,
-        major=os.major(st.st_rdev),
-        minor=os.minor(st.st_rdev),
+        major=posix.major(st.st_rdev),
+        minor=posix.minor(st.st_rdev),
         file_mode=stat.S_IMODE(st.st_mode),
         device_id=device_id,
         companion=companion,
@@ -71,7 +72,7 @@ def _char_node(host_path: str, path: str, device_id: str = "", companion: bool =
 
 def _pattern_parts(pattern: str) -> tuple[str, str]:
     """(prefix, suffix) around the one `{index}`/`{minor}` of a device node pattern's file name."""
-    name = os.path.basename(pattern)
+    name = basename(pattern)
     parts = name.replace("{minor}", "{index}").split("{index}")
     if len(parts) != 2:
         raise ValueError(f"device node pattern {pattern!r} must hold exactly one {{index}} or {{minor}}")
@@ -102,10 +103,10 @@ def find_devices(recipe: Recipe, dev_root: str) -> tuple[DeviceNode, ...]:
     """Per-device nodes matching the recipe's pattern, in index order, each followed by those of its
     companion nodes that exist (same device id); a companion missing on the host is left out."""
     prefix, suffix = _pattern_parts(recipe.device_node)
-    container_dir = os.path.dirname(recipe.device_node)
+    container_dir = dirname(recipe.device_node)
     host_dir = dev_path(dev_root, container_dir)
     try:
-        names = os.listdir(host_dir)
+        names = posix.listdir(host_dir)
     except FileNotFoundError:
         return ()
     found: list[tuple[int, DeviceNode]] = []
@@ -113,7 +114,7 @@ def find_devices(recipe: Recipe, dev_root: str) -> tuple[DeviceNode, ...]:
         number = _node_number(name, prefix, suffix)
         if number is None:
             continue
-        node = _char_node(os.path.join(host_dir, name), f"{container_dir}/{name}", str(number))
+        node = _char_node(join(host_dir, name), f"{container_dir}/{name}", str(number))
         if node is not None:
             found.append((number, node))
     out: list[DeviceNode] = []
@@ -134,7 +135,7 @@ def find_control_nodes(recipe: Recipe, dev_root: str) -> tuple[DeviceNode, ...]:
 
 def _listdir(path: str) -> list[str]:
     try:
-        return sorted(os.listdir(path))
+        return sorted(posix.listdir(path))
     except (FileNotFoundError, NotADirectoryError):
         return []
 
@@ -152,34 +153,34 @@ def find_libraries(
     the calls of one discovery (one per capability), so each folder is listed once."""
     listings = {} if listings is None else listings
     out: list[FileMount] = []
-    top = os.path.realpath(driver_root)
+    top = realpath(driver_root)
     for rel_dir in LIB_DIRS:
-        host_dir = os.path.join(driver_root, rel_dir)
+        host_dir = join(driver_root, rel_dir)
         names = listings.get(host_dir)
         if names is None:
             names = listings[host_dir] = _listdir(host_dir)
         for pattern in patterns:
             for name in filter_names(names, pattern):
-                real = os.path.realpath(os.path.join(host_dir, name))
-                if real in seen or not os.path.isfile(real) or not _inside(real, top):
+                real = realpath(join(host_dir, name))
+                if real in seen or not isfile(real) or not _inside(real, top):
                     continue
                 seen.add(real)
                 # Mount the real file under its own name, in the folder where the match was found.
-                where = os.path.join(host_dir, os.path.basename(real))
-                if os.path.realpath(where) != real:
-                    where = os.path.join(host_dir, name)
+                where = join(host_dir, basename(real))
+                if realpath(where) != real:
+                    where = join(host_dir, name)
                 out.append(FileMount(real, container_path(driver_root, where)))
     return tuple(out)
 
 
 def find_binaries(driver_root: str, names: Iterable[str], seen: set[str]) -> tuple[FileMount, ...]:
     out: list[FileMount] = []
-    top = os.path.realpath(driver_root)
+    top = realpath(driver_root)
     for name in names:
         for rel_dir in BIN_DIRS:
-            path = os.path.join(driver_root, rel_dir, name)
-            real = os.path.realpath(path)
-            if os.path.isfile(real) and real not in seen and _inside(real, top):
+            path = join(driver_root, rel_dir, name)
+            real = realpath(path)
+            if isfile(real) and real not in seen and _inside(real, top):
                 seen.add(real)
                 out.append(FileMount(real, container_path(driver_root, path)))
                 break
@@ -188,23 +189,23 @@ def find_binaries(driver_root: str, names: Iterable[str], seen: set[str]) -> tup
 
 def find_directories(driver_root: str, rel_dirs: Iterable[str]) -> tuple[FileMount, ...]:
     out: list[FileMount] = []
-    top = os.path.realpath(driver_root)
+    top = realpath(driver_root)
     for rel in rel_dirs:
-        path = os.path.join(driver_root, rel)
-        real = os.path.realpath(path)
-        if os.path.isdir(real) and _inside(real, top):
+        path = join(driver_root, rel)
+        real = realpath(path)
+        if isdir(real) and _inside(real, top):
             out.append(FileMount(real, container_path(driver_root, path), "dir"))
     return tuple(out)
 
 
 def find_firmware(driver_root: str, patterns: Iterable[str]) -> tuple[FileMount, ...]:
     out: list[FileMount] = []
-    top = os.path.realpath(driver_root)
+    top = realpath(driver_root)
     for pattern in patterns:
         for rel in sorted(glob_in(driver_root, pattern)):
-            path = os.path.join(driver_root, rel)
-            real = os.path.realpath(path)
-            if os.path.isfile(real) and _inside(real, top):
+            path = join(driver_root, rel)
+            real = realpath(path)
+            if isfile(real) and _inside(real, top):
                 out.append(FileMount(real, container_path(driver_root, path)))
     return tuple(out)
 
@@ -220,7 +221,7 @@ def device_aliases(recipe: Recipe, driver_root: str) -> dict[str, str]:
     from sro.node.runtime.leanjson import loads
 
     try:
-        with open(os.path.join(driver_root, SIMULATED_DEVICE_LIST), "rb") as f:
+        with open(join(driver_root, SIMULATED_DEVICE_LIST), "rb") as f:
             doc = loads(f.read(4 << 20))
         return {str(d["uuid"]): str(int(d["index"])) for d in doc["devices"]}
     except (OSError, ValueError, KeyError, TypeError):

@@ -3,9 +3,10 @@
 Why it is written this way:
   * It sits on every container start (budget: < 30 ms added), so it imports only a small part of
     the standard library and this package's pure modules: no click, yaml or grpc, and not even
-    `json`, `typing`, `dataclasses` (records), `re`/`fnmatch`/`glob` (namematch), `ctypes`
-    (syscalls), `enum`/`signal` or `sro.api.recipes` (hookrecipes, the same built-ins as plain
-    records); tests/unit/test_runtime_records.py keeps it that way. A container that cannot be
+    `json`, `os` (leanpath), `typing`, `dataclasses` (records), `re`/`fnmatch`/`glob` (namematch),
+    `ctypes` (syscalls), `enum`/`signal` or `sro.api.recipes` (hookrecipes, the same built-ins as
+    plain records); tests/unit/test_runtime_records.py and tests/root/test_hook_imports.py keep it
+    that way. A container that cannot be
     asking for devices is let through before the recipes are even imported. Entries start it as
     `python -I -S -c <bootstrap> STAGE ...` (see specedits.HookCommand): `-I` drops PYTHON*
     variables and keeps the current directory off sys.path (a createContainer hook starts in the
@@ -398,12 +399,10 @@ def run(args: HookArgs, stdin: IO[bytes]) -> None:
         if not may_ask(config):
             return
         # Nothing believed (an image's NVIDIA_VISIBLE_DEVICES=all in an unprivileged container
-        # without an allocation): done before the injection code, and `os`, are even imported.
+        # without an allocation): done before the injection code is even imported.
         requests = requests_of(args, config)
         if not requests:
             return
-    import os  # the active path: inject and its helpers import it anyway
-
     from sro.node.runtime import inject, safepath
 
     if args.stage == "update-ldcache":  # the CDI-mode ldcache hook: no cgroup, no mount code
@@ -425,13 +424,13 @@ def run(args: HookArgs, stdin: IO[bytes]) -> None:
             raise HookError("state JSON on stdin: prestart needs the container's 'pid'")
         warning = devcgroup.open_for(pid, plan, config)
         try:
-            ns = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+            ns = posix.open(f"/proc/{pid}/ns/mnt", posix.O_RDONLY | posix.O_CLOEXEC)
         except OSError as e:
             raise HookError(f"container pid {pid}: {e.strerror}") from None
         try:
             mounting.setns(ns)
         finally:
-            os.close(ns)
+            posix.close(ns)
     else:  # createContainer: already in the container's namespaces, before pivot_root
         # Without a cgroup namespace /proc/self/cgroup names the container's cgroup; with one it
         # reads "/", and the hook cannot tell which cgroup is the container's: prestart can.

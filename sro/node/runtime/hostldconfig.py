@@ -8,8 +8,10 @@ CVE-2024-0136: an ldconfig taken from the image or from a writable place runs as
 
 from __future__ import annotations
 
-import os
+import posix
 import stat
+
+from sro.node.runtime.leanpath import basename, isabs, isfile, realpath
 
 
 class InjectError(RuntimeError):
@@ -30,7 +32,7 @@ def real_ldconfig(path: str) -> str:
             head = f.read(8192)
     except OSError:
         return path
-    if head.startswith(b"#!") and os.path.basename(real).encode() in head and os.path.isfile(real):
+    if head.startswith(b"#!") and basename(real).encode() in head and isfile(real):
         return real
     return path
 
@@ -48,13 +50,13 @@ def check_host_ldconfig(path: str, rootfs: str) -> str:
 
 
 def _check_one(path: str, rootfs: str) -> str:
-    if not os.path.isabs(path):
+    if not isabs(path):
         raise InjectError(f"ldconfig {path!r}: must be an absolute host path")
-    real, root = os.path.realpath(path), os.path.realpath(rootfs)
+    real, root = realpath(path), realpath(rootfs)
     if real == root or real.startswith(root.rstrip("/") + "/"):
         raise InjectError(f"ldconfig {path}: lies inside the container's rootfs; only the host's is run")
     try:
-        st = os.stat(path)
+        st = posix.stat(path)
     except OSError as e:
         raise InjectError(f"ldconfig {path}: {e.strerror}") from None
     if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:

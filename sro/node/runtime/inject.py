@@ -10,7 +10,7 @@ dies with the container; nothing is mounted in the host's namespace.
 from __future__ import annotations
 
 import errno
-import os
+import posix
 import select
 import stat
 import sys
@@ -56,7 +56,7 @@ def already_there(root: Root, m: FileMount) -> bool:
         st = root.lstat(m.container_path)
         if st is None or not stat.S_ISLNK(st.st_mode):
             return False
-        inside, host = root.stat_inside(m.container_path), os.stat(m.host_path)
+        inside, host = root.stat_inside(m.container_path), posix.stat(m.host_path)
     except OSError:  # a link out of the root, to nothing, or a loop: not the same file
         return False
     return stat.S_ISREG(inside.st_mode) and (inside.st_dev, inside.st_ino) == (host.st_dev, host.st_ino)
@@ -86,11 +86,11 @@ def _mount_all(root: Root, plan: InjectionPlan, opts: Options) -> None:
         except OSError as e:
             raise InjectError(f"bind mount {m.host_path} -> {m.container_path}: {e}") from None
         finally:
-            os.close(fd)
+            posix.close(fd)
 
 
 def _devices(root: Root, plan: InjectionPlan) -> None:
-    old = os.umask(0)
+    old = posix.umask(0)
     try:
         for d in plan.device_nodes:
             try:
@@ -98,7 +98,7 @@ def _devices(root: Root, plan: InjectionPlan) -> None:
             except OSError as e:
                 raise InjectError(f"cannot create device node {d.path} in the rootfs: {e}") from None
     finally:
-        os.umask(old)
+        posix.umask(old)
 
 
 def update_ldcache(root: Root, folders: tuple[str, ...], ldconfig: str) -> None:
@@ -125,41 +125,41 @@ def spawn_and_wait(argv: list[str], env: dict[str, str], keep_fd: int, timeout: 
     holds the hook's own stdout/stderr (runc waits for those to close), and it is killed and reaped
     on timeout, so no process outlives the hook.
     """
-    r, w = os.pipe()
-    os.set_inheritable(keep_fd, True)
+    r, w = posix.pipe()
+    posix.set_inheritable(keep_fd, True)
     try:
-        pid = os.posix_spawn(
+        pid = posix.posix_spawn(
             argv[0],
             argv,
             env,
             file_actions=[
-                (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
-                (os.POSIX_SPAWN_DUP2, w, 1),
-                (os.POSIX_SPAWN_DUP2, w, 2),
+                (posix.POSIX_SPAWN_OPEN, 0, "/dev/null", posix.O_RDONLY, 0),
+                (posix.POSIX_SPAWN_DUP2, w, 1),
+                (posix.POSIX_SPAWN_DUP2, w, 2),
             ],
         )
     finally:
-        os.set_inheritable(keep_fd, False)
-        os.close(w)
+        posix.set_inheritable(keep_fd, False)
+        posix.close(w)
     out = b""
     deadline = time.monotonic() + timeout
     try:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                os.kill(pid, SIGKILL)
-                os.waitpid(pid, 0)
+                posix.kill(pid, SIGKILL)
+                posix.waitpid(pid, 0)
                 raise InjectError(f"{argv[0]} did not finish in {timeout:.0f} s")
             ready, _, _ = select.select([r], [], [], left)
             if ready:
-                chunk = os.read(r, 65536)
+                chunk = posix.read(r, 65536)
                 if not chunk:
                     break
                 out = (out + chunk)[-65536:]
     finally:
-        os.close(r)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), out
+        posix.close(r)
+    _, status = posix.waitpid(pid, 0)
+    return posix.waitstatus_to_exitcode(status), out
 
 
 def inject(plan: InjectionPlan, rootfs: str, opts: Options) -> None:

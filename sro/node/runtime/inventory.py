@@ -9,7 +9,7 @@ lists. Everything here is plain data, so the decision is unit-tested without a s
 
 from __future__ import annotations
 
-import posixpath
+from sro.node.runtime.leanpath import dirname
 
 TYPE_CHECKING = False  # no typing/dataclasses import at run time: the hook imports this module
 if TYPE_CHECKING:
@@ -136,7 +136,7 @@ def plan(request: Request, inventory: DriverInventory) -> InjectionPlan:
         + _groups(inventory.directories, request.capabilities)
         + inventory.firmware
     )
-    folders = tuple(dict.fromkeys(posixpath.dirname(m.container_path) for m in libraries))
+    folders = tuple(dict.fromkeys(dirname(m.container_path) for m in libraries))
     empty = InjectionPlan()
     return empty.merge(
         InjectionPlan(device_nodes=devices + inventory.control_nodes, mounts=mounts, ld_folders=folders)

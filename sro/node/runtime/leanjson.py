@@ -1,4 +1,4 @@
-"""JSON and the two os.path helpers the hook and the runc wrapper need, without `json` or `os`.
+"""JSON and the two os.path helpers every hook run needs (leanpath has the rest), without `json` or `os`.
 
 Why: both run on every container start that could ask for devices, and `import json` compiles
 regexes (~7 ms) while `import os` pulls in os.path and _collections_abc (~1.5 ms); the C scanner and

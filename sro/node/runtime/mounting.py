@@ -9,9 +9,10 @@ the fallback is mount(2) on the `/proc/self/fd/N` magic link of that same fd, th
 
 from __future__ import annotations
 
-import os
+import posix
 
 from sro.node.runtime import syscalls
+from sro.node.runtime.leanpath import fsencode
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ def setns(fd: int, nstype: int = CLONE_NEWNS) -> None:
 
 def _bind_new_api(source: str, target_fd: int, readonly: bool) -> None:
     tree = _check(
-        syscalls.syscall(_SYS_OPEN_TREE, _AT_FDCWD, os.fsencode(source), _OPEN_TREE_CLONE | os.O_CLOEXEC),
+        syscalls.syscall(_SYS_OPEN_TREE, _AT_FDCWD, fsencode(source), _OPEN_TREE_CLONE | posix.O_CLOEXEC),
         f"open_tree {source}",
     )
     try:
@@ -72,12 +73,12 @@ def _bind_new_api(source: str, target_fd: int, readonly: bool) -> None:
             "move_mount",
         )
     finally:
-        os.close(tree)
+        posix.close(tree)
 
 
 def _mount(source: str | None, target: str, flags: int) -> None:
-    src = os.fsencode(source) if source is not None else None
-    _check(syscalls.mount(src, os.fsencode(target), None, syscalls.CULong(flags), None), f"mount {target}")
+    src = fsencode(source) if source is not None else None
+    _check(syscalls.mount(src, fsencode(target), None, syscalls.CULong(flags), None), f"mount {target}")
 
 
 def bind(
@@ -103,4 +104,4 @@ def bind(
             flags = _MS_BIND | _MS_REMOUNT | _MS_NOSUID | _MS_NODEV | (_MS_RDONLY if readonly else 0)
             _mount(None, f"/proc/self/fd/{fd}", flags)
         finally:
-            os.close(fd)
+            posix.close(fd)

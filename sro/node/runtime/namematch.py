@@ -11,7 +11,9 @@ hidden names match only a pattern starting with `.`, directories are followed th
 
 from __future__ import annotations
 
-import os
+import posix
+
+from sro.node.runtime.leanpath import isdir, join, lexists
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -66,11 +68,11 @@ def filter_names(names: Iterable[str], pattern: str) -> list[str]:
 
 def _listdir(path: str, dirs_only: bool) -> list[str]:
     try:
-        names = os.listdir(path)
+        names = posix.listdir(path)
     except OSError:
         return []
     if dirs_only:
-        names = [n for n in names if os.path.isdir(os.path.join(path, n))]
+        names = [n for n in names if isdir(join(path, n))]
     return names
 
 
@@ -84,17 +86,17 @@ def glob_in(root: str, pattern: str) -> list[str]:
         last = i == len(parts) - 1
         step: list[str] = []
         for base in found:
-            here = os.path.join(root, base) if base else root
+            here = join(root, base) if base else root
             if has_magic(part):
                 names = _listdir(here, dirs_only=not last)
                 if not part.startswith("."):
                     names = [n for n in names if not n.startswith(".")]
-                step += [os.path.join(base, n) for n in filter_names(names, part)]
+                step += [join(base, n) for n in filter_names(names, part)]
             else:
-                path = os.path.join(here, part)
-                if os.path.lexists(path) if last else os.path.isdir(path):
-                    step.append(os.path.join(base, part))
+                path = join(here, part)
+                if lexists(path) if last else isdir(path):
+                    step.append(join(base, part))
         found = step
     if pattern.endswith("/"):
-        found = [f + "/" for f in found if os.path.isdir(os.path.join(root, f))]
+        found = [f + "/" for f in found if isdir(join(root, f))]
     return found

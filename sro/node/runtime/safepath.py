@@ -22,10 +22,11 @@ last component of a path we create or mount on is never followed: a symlink ther
 from __future__ import annotations
 
 import errno
-import os
+import posix
 import stat
 
 from sro.node.runtime import syscalls
+from sro.node.runtime.leanpath import fsencode
 
 TYPE_CHECKING = False  # no typing/contextlib/collections at run time: the hook imports this module
 if TYPE_CHECKING:
@@ -52,17 +53,17 @@ class EscapeError(PathError):
 
 def _openat2(dirfd: int, path: str, flags: int, resolve: int) -> int:
     how = syscalls.u64s(flags, 0, resolve)  # struct open_how {flags, mode, resolve}
-    fd = syscalls.syscall(_SYS_OPENAT2, dirfd, os.fsencode(path), how, len(how))
+    fd = syscalls.syscall(_SYS_OPENAT2, dirfd, fsencode(path), how, len(how))
     if fd < 0:
         err = syscalls.get_errno()
-        raise OSError(err, os.strerror(err), path)
+        raise OSError(err, posix.strerror(err), path)
     return int(fd)
 
 
 def openat2_available() -> bool:
     """Whether this kernel has openat2 (ENOSYS on < 5.6, EPERM under some seccomp filters)."""
     try:
-        os.close(_openat2(-100, "/", os.O_PATH | os.O_CLOEXEC, 0))  # -100 = AT_FDCWD
+        posix.close(_openat2(-100, "/", posix.O_PATH | posix.O_CLOEXEC, 0))  # -100 = AT_FDCWD
     except OSError:
         return False
     return True
@@ -78,14 +79,14 @@ class Root:
 
     def __init__(self, root: str | int, policy: Policy = "beneath", use_openat2: bool | None = None) -> None:
         if isinstance(root, int):
-            self.fd = os.dup(root)
+            self.fd = posix.dup(root)
         else:
-            self.fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            self.fd = posix.open(root, posix.O_PATH | posix.O_DIRECTORY | posix.O_CLOEXEC)
         self.policy: Policy = policy
         self.use_openat2 = openat2_available() if use_openat2 is None else use_openat2
 
     def close(self) -> None:
-        os.close(self.fd)
+        posix.close(self.fd)
 
     def __enter__(self) -> Root:
         return self
@@ -107,7 +108,7 @@ class Root:
         # so a link swapped in between steps is still confined by the resolver.
         for i in range(1, len(parts) + 1):
             try:
-                os.close(self._resolve(parts[:i]))
+                posix.close(self._resolve(parts[:i]))
                 continue
             except FileNotFoundError:
                 pass
@@ -116,11 +117,11 @@ class Root:
                 if parts[i - 1] == "..":
                     raise PathError(errno.ENOENT, "cannot create '..'", path)
                 try:  # noqa: SIM105 (not contextlib: 0.6 ms of the hook's start)
-                    os.mkdir(parts[i - 1], 0o755, dir_fd=parent)
+                    posix.mkdir(parts[i - 1], 0o755, dir_fd=parent)
                 except FileExistsError:
                     pass
             finally:
-                os.close(parent)
+                posix.close(parent)
         return self._resolve(parts)
 
     def _resolve(self, parts: list[str]) -> int:
@@ -140,7 +141,7 @@ class Root:
 
     def _resolve_openat2(self, path: str) -> int:
         base = _RESOLVE_BENEATH if self.policy == "beneath" else _RESOLVE_IN_ROOT
-        flags = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+        flags = posix.O_PATH | posix.O_DIRECTORY | posix.O_CLOEXEC
         for _ in range(16):  # EAGAIN: the kernel saw a concurrent rename during `..`; retry
             try:
                 return _openat2(self.fd, path, flags, base | _RESOLVE_NO_MAGICLINKS)
@@ -154,8 +155,8 @@ class Root:
     def _resolve_walk(self, parts: list[str]) -> int:
         beneath = self.policy == "beneath"
         fd = self._walk(parts, "/" + "/".join(parts), dotdot_escapes=beneath, absolute_escapes=beneath)
-        if not stat.S_ISDIR(os.fstat(fd).st_mode):
-            os.close(fd)
+        if not stat.S_ISDIR(posix.fstat(fd).st_mode):
+            posix.close(fd)
             raise OSError(errno.ENOTDIR, "not a directory", parts[-1])
         return fd
 
@@ -165,7 +166,7 @@ class Root:
         outside the root is reached. A `..` above the root is refused (`dotdot_escapes`) or stays at the
         root; an absolute link is refused (`absolute_escapes`) or starts again from the root, as the
         container will see it. Every component but the last must be a directory."""
-        stack = [os.dup(self.fd)]
+        stack = [posix.dup(self.fd)]
         todo = parts[::-1]  # a stack: the next component is at the end
         links = 0
         try:
@@ -175,39 +176,39 @@ class Root:
                     continue
                 if comp == "..":
                     if len(stack) > 1:
-                        os.close(stack.pop())
+                        posix.close(stack.pop())
                     elif dotdot_escapes:
                         raise EscapeError(errno.EXDEV, "'..' climbs above the rootfs", shown)
                     continue
-                fd = os.open(comp, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=stack[-1])
-                st = os.fstat(fd)
+                fd = posix.open(comp, posix.O_PATH | posix.O_NOFOLLOW | posix.O_CLOEXEC, dir_fd=stack[-1])
+                st = posix.fstat(fd)
                 if stat.S_ISLNK(st.st_mode):
-                    os.close(fd)
+                    posix.close(fd)
                     links += 1
                     if links > _MAX_LINKS:
                         raise EscapeError(errno.ELOOP, "too many symlinks", shown)
-                    target = os.readlink(comp, dir_fd=stack[-1])
+                    target = posix.readlink(comp, dir_fd=stack[-1])
                     if target.startswith("/"):
                         if absolute_escapes:
                             raise EscapeError(
                                 errno.EXDEV, f"absolute symlink -> {target} leaves the rootfs", "/" + comp
                             )
                         while len(stack) > 1:
-                            os.close(stack.pop())
+                            posix.close(stack.pop())
                     todo.extend(reversed(target.split("/")))
                     continue
                 if not todo:
                     return fd  # the last component, whatever it is
                 if not stat.S_ISDIR(st.st_mode):
-                    os.close(fd)
+                    posix.close(fd)
                     raise OSError(errno.ENOTDIR, "not a directory", comp)
                 stack.append(fd)
             return stack.pop()
         finally:
             for fd in stack:
-                os.close(fd)
+                posix.close(fd)
 
-    def stat_inside(self, path: str) -> os.stat_result:
+    def stat_inside(self, path: str) -> posix.stat_result:
         """stat of what `path` names, every symlink (the last one too) followed inside the root only:
         an absolute link starts again from the rootfs' root (as the container will see it), a `..`
         above the root is refused (EscapeError) and so never anything outside. For comparing an
@@ -221,9 +222,9 @@ class Root:
                 raise PathError(e.errno, "a component is not a directory", path) from None
             raise
         try:
-            return os.fstat(fd)
+            return posix.fstat(fd)
         finally:
-            os.close(fd)
+            posix.close(fd)
 
     # -- leaf operations (the last component is never followed) ----------------------------------
 
@@ -233,23 +234,23 @@ class Root:
             raise PathError(errno.EINVAL, "not a usable file name", path)
         return self.open_dir("/".join(parts[:-1]), create=create), parts[-1]
 
-    def lstat(self, path: str) -> os.stat_result | None:
+    def lstat(self, path: str) -> posix.stat_result | None:
         """lstat of `path` (its directory resolved safely); None if it does not exist."""
         parent, name = self._parent(path, create=False)
         try:
-            return os.stat(name, dir_fd=parent, follow_symlinks=False)
+            return posix.stat(name, dir_fd=parent, follow_symlinks=False)
         except FileNotFoundError:
             return None
         finally:
-            os.close(parent)
+            posix.close(parent)
 
     def open_leaf(self, path: str) -> int:
         """An O_PATH fd of `path` itself (a symlink there is opened, not followed)."""
         parent, name = self._parent(path, create=False)
         try:
-            return os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+            return posix.open(name, posix.O_PATH | posix.O_NOFOLLOW | posix.O_CLOEXEC, dir_fd=parent)
         finally:
-            os.close(parent)
+            posix.close(parent)
 
     def mount_target(self, path: str, kind: Literal["file", "dir"]) -> int:
         """An O_PATH fd to bind-mount on: the image's own file/dir, or a new empty one.
@@ -261,70 +262,79 @@ class Root:
         try:
             try:
                 if kind == "dir":
-                    os.mkdir(name, 0o755, dir_fd=parent)
+                    posix.mkdir(name, 0o755, dir_fd=parent)
                 else:
-                    os.close(
-                        os.open(
+                    posix.close(
+                        posix.open(
                             name,
-                            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                            posix.O_WRONLY
+                            | posix.O_CREAT
+                            | posix.O_EXCL
+                            | posix.O_NOFOLLOW
+                            | posix.O_CLOEXEC,
                             0o644,
                             dir_fd=parent,
                         )
                     )
             except FileExistsError:
                 pass
-            fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
-            mode = os.fstat(fd).st_mode
+            fd = posix.open(name, posix.O_PATH | posix.O_NOFOLLOW | posix.O_CLOEXEC, dir_fd=parent)
+            mode = posix.fstat(fd).st_mode
             want = stat.S_ISDIR(mode) if kind == "dir" else stat.S_ISREG(mode)
             if not want:
-                os.close(fd)
+                posix.close(fd)
                 what = (
                     "a symlink" if stat.S_ISLNK(mode) else f"not a {'directory' if kind == 'dir' else 'file'}"
                 )
                 raise PathError(errno.EEXIST, f"the image has {what} there; refusing to mount on it", path)
             return fd
         finally:
-            os.close(parent)
+            posix.close(parent)
 
     def make_device(self, path: str, major: int, minor: int, mode: int) -> None:
         """mknod a character device; an existing node is kept only if it is the very same device."""
         parent, name = self._parent(path, create=True)
         try:
             try:
-                os.mknod(name, stat.S_IFCHR | mode, os.makedev(major, minor), dir_fd=parent)
+                posix.mknod(name, stat.S_IFCHR | mode, posix.makedev(major, minor), dir_fd=parent)
                 return
             except FileExistsError:
                 pass
-            st = os.stat(name, dir_fd=parent, follow_symlinks=False)
-            if not stat.S_ISCHR(st.st_mode) or st.st_rdev != os.makedev(major, minor):
+            st = posix.stat(name, dir_fd=parent, follow_symlinks=False)
+            if not stat.S_ISCHR(st.st_mode) or st.st_rdev != posix.makedev(major, minor):
                 raise PathError(errno.EEXIST, f"something else is already there (mode {st.st_mode:o})", path)
         finally:
-            os.close(parent)
+            posix.close(parent)
 
     def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         """Atomically replace `path` with `data`: a temp file by O_EXCL, then renameat in one dir fd."""
         parent, name = self._parent(path, create=True)
-        tmp = f".{name}.sro-{os.getpid()}"
+        tmp = f".{name}.sro-{posix.getpid()}"
         try:
-            fd = os.open(
-                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=parent
+            fd = posix.open(
+                tmp,
+                posix.O_WRONLY | posix.O_CREAT | posix.O_EXCL | posix.O_NOFOLLOW | posix.O_CLOEXEC,
+                mode,
+                dir_fd=parent,
             )
             try:
-                os.write(fd, data)
+                posix.write(fd, data)
             finally:
-                os.close(fd)
-            st = os.stat(name, dir_fd=parent, follow_symlinks=False) if self._exists(parent, name) else None
+                posix.close(fd)
+            st = (
+                posix.stat(name, dir_fd=parent, follow_symlinks=False) if self._exists(parent, name) else None
+            )
             if st is not None and stat.S_ISDIR(st.st_mode):
-                os.unlink(tmp, dir_fd=parent)
+                posix.unlink(tmp, dir_fd=parent)
                 raise PathError(errno.EISDIR, "the image has a directory there", path)
-            os.rename(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
+            posix.rename(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
         finally:
-            os.close(parent)
+            posix.close(parent)
 
     @staticmethod
     def _exists(parent: int, name: str) -> bool:
         try:
-            os.stat(name, dir_fd=parent, follow_symlinks=False)
+            posix.stat(name, dir_fd=parent, follow_symlinks=False)
         except FileNotFoundError:
             return False
         return True

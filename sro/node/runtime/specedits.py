@@ -11,7 +11,7 @@ host's checked ldconfig itself, with the same fixed env, so that mode starts one
 
 from __future__ import annotations
 
-import os
+from sro.node.runtime.leanpath import abspath, dirname, join
 
 TYPE_CHECKING = False  # no typing/dataclasses/copy at run time: the runc wrapper imports this module
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ def package_root() -> str:
     """The directory holding the `sro` package (a checkout or site-packages)."""
     import sro
 
-    return os.path.dirname(os.path.dirname(os.path.abspath(sro.__file__)))
+    return dirname(dirname(abspath(sro.__file__)))
 
 
 def precompile(python: str, root: str | None = None) -> bool:
@@ -47,11 +47,11 @@ def precompile(python: str, root: str | None = None) -> bool:
     """
     import subprocess  # install time only, never on the hook's path
 
-    sro_dir = os.path.join(root or package_root(), "sro")
+    sro_dir = join(root or package_root(), "sro")
     targets = [
-        os.path.join(sro_dir, "__init__.py"),
-        os.path.join(sro_dir, "node", "__init__.py"),
-        os.path.join(sro_dir, "node", "runtime"),
+        join(sro_dir, "__init__.py"),
+        join(sro_dir, "node", "__init__.py"),
+        join(sro_dir, "node", "runtime"),
     ]
     argv = [python, "-I", "-S", "-m", "compileall", "-q", *targets]
     try:

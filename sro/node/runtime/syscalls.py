@@ -10,7 +10,7 @@ Structs the kernel reads (open_how, mount_attr) are passed as byte strings of na
 from __future__ import annotations
 
 import _ctypes
-import os
+import posix
 import sys
 
 _DEFAULT_MODE = 0  # RTLD_LOCAL: what ctypes.CDLL(None) uses
@@ -52,5 +52,5 @@ def check(ret: int, what: str) -> int:
     """`ret`, or OSError with errno when it is negative."""
     if ret < 0:
         err = get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
+        raise OSError(err, f"{what}: {posix.strerror(err)}")
     return ret

@@ -17,7 +17,11 @@ def _line(when: str, topic: str, event: dict[str, object], namespace: str = "k8s
     return f"2026-12-02 {when} +0000 UTC {namespace} {topic} {json.dumps(event)}"
 
 
-LABELS = {"io.cri-containerd.kind": "sandbox", "io.kubernetes.pod.name": "p", "io.kubernetes.pod.namespace": "ns"}
+LABELS = {
+    "io.cri-containerd.kind": "sandbox",
+    "io.kubernetes.pod.name": "p",
+    "io.kubernetes.pod.namespace": "ns",
+}
 LINES = [
     'time="2026-12-02T15:43:21Z" level=warning msg="DEPRECATION: CRI API v1alpha2 is deprecated"',
     _line("15:43:22.769299711", "/containers/create", {"id": SANDBOX, "image": "localhost/pause:sro"}),

@@ -637,6 +637,7 @@ def run() -> list[Figure]:
                 "MiB",
                 "the operator idle, no SpecialResource",
                 "< 150 MiB",
+                limit=150.0,
             ),
             Figure(
                 f"scale {s.nodes}: operator CPU", s.cpu, s.apiserver_cpu, "s", "kube-apiserver CPU, same time"
@@ -648,6 +649,7 @@ def run() -> list[Figure]:
                 "KiB",
                 "a table naming each node once",
                 "< 256 KiB",
+                limit=256.0,
             ),
             Figure(
                 f"scale {s.nodes}: node relabelled -> label taken back, p50",
@@ -663,6 +665,7 @@ def run() -> list[Figure]:
                 "s",
                 "one LIST of all nodes",
                 "< 1 s",
+                limit=1.0,
             ),
             Figure(
                 f"scale {s.nodes}: operator API requests, apply -> validated",

@@ -8,7 +8,8 @@ A single measured/baseline pair is still hostage to whatever else ran in that se
 with a goal are measured in pairs (`paired`): the two sides alternate (m, b, b, m, m, b, ...) so
 neither always pays a warm-up or always follows the other, each pair gives one ratio, and a figure
 reports the median ratio with the min–max of the per-pair ratios as its spread. A goal is a ratio
-ceiling; where it is not met, `why` names the floor that prevents it and the measurement showing it.
+ceiling (a few targets are absolute instead, "RSS < 150 MiB": a `limit` on the value); where it is
+not met, `why` names the floor that prevents it and the measurement showing it.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class Figure:
     why: str = ""  # where the goal is not met: the floor that prevents it, with its measurement
     measured_runs: tuple[float, ...] = ()  # the raw runs behind `value`, kept for the JSON report
     baseline_runs: tuple[float, ...] = ()  # the raw runs behind `baseline`
+    limit: float | None = None  # an absolute ceiling on `value` where the target is one ("< 1 s")
 
     @property
     def ratio(self) -> float:
@@ -60,8 +62,11 @@ class Figure:
 
     @property
     def met(self) -> bool | None:
-        """Whether the median ratio meets the goal; None for informational figures."""
-        return None if self.goal is None else self.ratio <= self.goal
+        """Whether the median ratio meets the goal, or the value stays under the limit; None for
+        informational figures."""
+        if self.goal is not None:
+            return self.ratio <= self.goal
+        return None if self.limit is None else self.value < self.limit
 
 
 def _ratio(measured: float, baseline: float) -> float:

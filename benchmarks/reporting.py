@@ -58,8 +58,8 @@ def explanations(figures: Sequence[Figure]) -> list[str]:
 
 
 def summary(figures: Sequence[Figure]) -> str:
-    """'N of M goals met, K explained, J not met' over the figures that carry a goal."""
-    states = [status(f) for f in figures if f.goal is not None]
+    """'N of M goals met, K explained, J not met' over the figures that carry a goal or a limit."""
+    states = [status(f) for f in figures if f.met is not None]
     met, explained, missed = states.count("yes"), states.count("explained"), states.count("NO")
     return f"{met} of {len(states)} goals met, {explained} explained, {missed} not met"
 
@@ -80,6 +80,7 @@ def record(f: Figure) -> dict[str, Any]:
         "baseline_name": f.baseline_name,
         "target": f.target,
         "goal": f.goal,
+        "limit": f.limit,
         "why": f.why,
         "ratio": _finite(f.ratio),
         "ratios": [_finite(r) for r in f.ratios],
@@ -121,6 +122,7 @@ def figure_from(rec: Mapping[str, Any]) -> Figure:
         why=rec.get("why", ""),
         measured_runs=tuple(rec.get("measured_runs", ())),
         baseline_runs=tuple(rec.get("baseline_runs", ())),
+        limit=rec.get("limit"),
     )
 
 

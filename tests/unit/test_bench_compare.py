@@ -119,3 +119,16 @@ def test_merge_keeps_the_later_run_of_a_figure_and_every_machine() -> None:
     assert [(r["name"], r["ratio"]) for r in merged["figures"]] == [("y", 2.0), ("x", 3.0)]
     assert [m["file"] for m in merged["machine"]["merged_from"]] == ["a.json", "b.json"]
     assert merged["summary"] == "0 of 0 goals met, 0 explained, 0 not met"
+
+
+def test_an_absolute_limit_is_judged_counted_and_kept_in_json() -> None:
+    """The issue's absolute targets (operator RSS < 150 MiB, relabel p99 < 1 s) are judged on the value,
+    whatever its informational baseline: a p99 of 1.9 s is not met, and the summary counts it."""
+    over = Figure("relabel p99", 1.94, 0.4, "s", "one LIST of all nodes", "< 1 s", limit=1.0)
+    under = Figure("rss", 115.0, 95.0, "MiB", "idle", "< 150 MiB", limit=150.0)
+    at = Figure("at", 1.0, 0.4, "s", "list", "< 1 s", limit=1.0)
+    assert [reporting.status(f) for f in (over, under, at)] == ["NO", "yes", "NO"]
+    assert reporting.summary([over, under, Figure("info", 1.0, 2.0, "MiB", "bare")]) == (
+        "1 of 2 goals met, 0 explained, 1 not met"
+    )
+    assert reporting.figure_from(json.loads(json.dumps(reporting.record(over)))) == over

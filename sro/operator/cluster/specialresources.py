@@ -268,9 +268,14 @@ class SpecialResourceIO:
 
     # ---- carrying out a plan -------------------------------------------------------------------
     async def carry_out(
-        self, sr: SpecialResourceInfo, plan: Plan, owned: Iterable[tuple[str, str]]
+        self,
+        sr: SpecialResourceInfo,
+        plan: Plan,
+        owned: Iterable[tuple[str, str]],
+        write_status: Callable[[SpecialResourceInfo, Mapping[str, Any]], None] | None = None,
     ) -> list[str]:
-        """Perform the plan; returns the steps that failed (logged, retried on the next pass)."""
+        """Perform the plan; returns the steps that failed (logged, retried on the next pass). The
+        status is written last, here, or handed to `write_status` (sro.operator.statuswriter)."""
         problems: list[str] = []
         if not self.held():
             return [NOT_LEADING]
@@ -339,6 +344,8 @@ class SpecialResourceIO:
             problems.append(
                 f"status not updated: the patch of node(s) {', '.join(waits[:3])} did not go through"
             )
+        elif write_status is not None:
+            write_status(sr, plan.status)
         elif dict(plan.status) != dict(sr.status) and not await self.patch_status(sr, plan.status):
             problems.append("status not updated")
         return problems

@@ -4,7 +4,7 @@ reads one, and the cluster I/O of one SpecialResource, recording the plans it is
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -46,11 +46,26 @@ class FakeIO:
     async def observe(self, sr: SpecialResourceInfo) -> Observed:
         return Observed(sr=sr, nodes=(), image="localhost/sro:test")
 
+    def held(self) -> bool:
+        return True
+
     async def carry_out(
-        self, sr: SpecialResourceInfo, plan: Plan, owned: Iterable[tuple[str, str]]
+        self,
+        sr: SpecialResourceInfo,
+        plan: Plan,
+        owned: Iterable[tuple[str, str]],
+        write_status: Callable[[SpecialResourceInfo, Mapping[str, Any]], None] | None = None,
     ) -> list[str]:
         self.plans.append(plan)
-        if not self.writes:
+        if write_status is not None:
+            write_status(sr, plan.status)
+            return []
+        if not await self.patch_status(sr, plan.status):
             return ["status not updated"]
-        self.sr = replace(self.sr, status=dict(plan.status))
         return []
+
+    async def patch_status(self, sr: SpecialResourceInfo, status: Mapping[str, Any]) -> bool:
+        if not self.writes:
+            return False
+        self.sr = replace(self.sr, status=dict(status))
+        return True

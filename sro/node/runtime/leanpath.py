@@ -11,15 +11,13 @@ missing components.
 from __future__ import annotations
 
 import posix
+from stat import S_ISDIR, S_ISLNK, S_ISREG
 
 from sro.node.runtime.leanjson import path_isabs as isabs
 from sro.node.runtime.leanjson import path_join
 
 __all__ = ["abspath", "basename", "dirname", "fsencode", "isabs", "isdir", "isfile", "join", "lexists",
            "normpath", "realpath", "relpath"]  # fmt: skip
-
-# the file types of st_mode (the `stat` module's S_IS* tests, without importing it)
-_IFMT, _IFDIR, _IFREG, _IFLNK = 0o170000, 0o040000, 0o100000, 0o120000
 
 
 def join(a: str, *parts: str) -> str:
@@ -101,7 +99,7 @@ def realpath(path: str) -> str:
             continue
         here = done + "/" + name
         try:
-            is_link = posix.lstat(here).st_mode & _IFMT == _IFLNK
+            is_link = S_ISLNK(posix.lstat(here).st_mode)
         except OSError:
             is_link = False
         if not is_link:
@@ -128,13 +126,13 @@ def _mode(path: str, follow: bool = True) -> int | None:
 def isfile(path: str) -> bool:
     """os.path.isfile."""
     mode = _mode(path)
-    return mode is not None and mode & _IFMT == _IFREG
+    return mode is not None and S_ISREG(mode)
 
 
 def isdir(path: str) -> bool:
     """os.path.isdir."""
     mode = _mode(path)
-    return mode is not None and mode & _IFMT == _IFDIR
+    return mode is not None and S_ISDIR(mode)
 
 
 def lexists(path: str) -> bool:
